@@ -1,0 +1,53 @@
+# Two entry points a newcomer needs: `make demo` and `make test`.
+# Everything else here is what those two depend on.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[sidecar,dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## A short simulated 5-node cluster with every fault on, verified; no Cassandra needed.
+demo: $(STAMP)
+	$(PY) -m accord.sim --nodes 5 --rf 3 --txns 300 --seeds 3 --faults all
+
+## Everything: lint, types, layering contracts, then the whole test suite against a real
+## Cassandra (jars fetched once into the cache, nodes started by the tests' own fixtures).
+test: $(STAMP) check cassandra-jars
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: lint typecheck importlint
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+importlint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+cassandra-jars: $(STAMP)
+	$(PY) -m accord_cassandra.testing.launcher fetch
+
+cassandra-up: cassandra-jars
+	$(PY) -m accord_cassandra.testing.launcher up --nodes 3
+
+cassandra-down: $(STAMP)
+	$(PY) -m accord_cassandra.testing.launcher down
+
+## A longer burn test: 200 seeds x 2000 transactions, every fault.
+soak: $(STAMP)
+	$(PY) -m accord.sim --nodes 5 --rf 3 --txns 2000 --seeds 200 --faults all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
