@@ -1,0 +1,68 @@
+"""Accord (CEP-15): leaderless, strict-serializable transactions over many keys.
+
+A pure-Python, sans-IO implementation: no sockets, no threads, no wall clock. A host
+drives :class:`accord.node.Node` through ``step``/``tick``/``submit`` and carries out what
+``ready()`` asks (see :mod:`accord.api`). The same core runs in the deterministic simulator
+(:mod:`accord.sim`), the Maelstrom adapter and the gRPC sidecars.
+
+Layers, each importing only those before it::
+
+    primitives -> topology -> local -> messages -> coordinate -> node -> sim
+"""
+
+from accord.api import ClientReply, Clock, DataStore, HlcFloor, Journal, JournalRecord, Ready
+from accord.local.commands import Bugs
+from accord.node import Node, NodeConfig
+from accord.primitives import (
+    BinOp,
+    Const,
+    Delete,
+    Deps,
+    Key,
+    Kind,
+    Predicate,
+    Put,
+    ReadOf,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    Update,
+    WriteOp,
+    sim_key,
+)
+from accord.topology import Shard, Topology, ring_topology
+
+__all__ = [
+    "BinOp",
+    "Bugs",
+    "ClientReply",
+    "Clock",
+    "Const",
+    "DataStore",
+    "Delete",
+    "Deps",
+    "HlcFloor",
+    "Journal",
+    "JournalRecord",
+    "Key",
+    "Kind",
+    "Node",
+    "NodeConfig",
+    "Predicate",
+    "Put",
+    "ReadOf",
+    "Ready",
+    "Shard",
+    "Status",
+    "Timestamp",
+    "Topology",
+    "Txn",
+    "TxnId",
+    "TxnResult",
+    "Update",
+    "WriteOp",
+    "ring_topology",
+    "sim_key",
+]

@@ -1,0 +1,114 @@
+"""The contracts between the sans-IO core and whatever hosts it.
+
+A host (the simulator, the Maelstrom adapter, the gRPC sidecar) drives a
+:class:`accord.node.Node` in a loop, the way etcd's raft is driven::
+
+    node.step(envelope)          # or node.tick(), node.submit(...), node.read_done(...)
+    ready = node.ready()
+    journal.append(ready.persist)        # 1. durable first
+    for envelope in ready.messages: send(envelope)      # 2. then talk
+    for reply in ready.replies: answer_client(reply)
+    for read in ready.reads: schedule(read)     # 3. data work, results fed back via step
+    for write in ready.writes: schedule(write)
+    node.advance(ready)
+
+Ordering and durability contract:
+
+* Everything in ``ready.persist`` must be durable (fsync or equivalent) before any message
+  in ``ready.messages`` is sent or any reply in ``ready.replies`` is delivered. Replies
+  promise ballots, votes and decisions that a crash must not forget.
+* Reads and writes of user data for one key must be performed in the order they appear
+  across successive ``Ready`` batches. The node never issues a write for a transaction
+  before every earlier-ordered read of that key has been issued.
+* A write carries ``execute_at``; the data store must make it idempotent and order-agnostic
+  by that timestamp (last-write-wins with a timestamp derived injectively and
+  monotonically from ``execute_at``). Replaying a write after a crash is then harmless.
+* After a restart, rebuild the node with ``Node.restore(...)`` from every record persisted
+  before the crash, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from accord.local.command import CommandSnapshot
+from accord.local.effects import DataRead, DataWrite
+from accord.messages import Envelope
+from accord.primitives import Key, Timestamp, TxnId, TxnResult, Value, WriteOp
+
+
+class Clock(Protocol):
+    """Physical time in microseconds. Need not be monotonic across nodes; the HLC copes."""
+
+    def now_micros(self) -> int: ...
+
+
+class HlcFloor(NamedTuple):
+    """The node will never mint an HLC value at or below ``value`` after a restart."""
+
+    value: int
+
+
+JournalRecord = CommandSnapshot | HlcFloor
+
+
+class Journal(Protocol):
+    """Append-only durable log of a node's protocol state."""
+
+    def append(self, records: Sequence[JournalRecord]) -> None:
+        """Make ``records`` durable, in order, before returning."""
+
+    def replay(self) -> list[JournalRecord]:
+        """Every record appended before, in order."""
+
+
+class DataStore(Protocol):
+    """User data, written only through the protocol."""
+
+    def read(self, keys: Sequence[Key], execute_at: Timestamp) -> Mapping[Key, Value]:
+        """Current values of ``keys`` (absent keys map to None)."""
+
+    def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
+        """Apply ``writes`` idempotently with a write timestamp derived from ``execute_at``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientReply:
+    """The answer to ``Node.submit``: ``ok`` (committed; ``result`` set), ``invalidated``
+    (definitely never executes) or ``unknown`` (the outcome could not be learned in time;
+    the transaction may still commit)."""
+
+    request_id: int
+    txn_id: TxnId
+    outcome: str
+    result: TxnResult | None = None
+
+
+@dataclass(slots=True)
+class Ready:
+    """Everything the node wants done since the last ``advance``."""
+
+    persist: list[JournalRecord] = field(default_factory=list)
+    messages: list[Envelope] = field(default_factory=list)
+    replies: list[ClientReply] = field(default_factory=list)
+    reads: list[DataRead] = field(default_factory=list)
+    writes: list[DataWrite] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.persist or self.messages or self.replies or self.reads or self.writes)
+
+
+__all__ = [
+    "ClientReply",
+    "Clock",
+    "CommandSnapshot",
+    "DataRead",
+    "DataStore",
+    "DataWrite",
+    "HlcFloor",
+    "Journal",
+    "JournalRecord",
+    "Ready",
+]

@@ -1,0 +1,589 @@
+"""Coordinating one transaction: the original coordinator, recovery and invalidation.
+
+One state machine serves all three roles because they share every phase after the first:
+
+    PREACCEPT ──fast──────────────────────────────┐
+        │ slow                                     ▼
+        ▼                                      STABILISE ─► EXECUTE (reads) ─► PERSIST
+      ACCEPT ─► COMMIT (quorum) ──────────────────┘
+    RECOVER ─► (decision table in recover.py) ─► ACCEPT | COMMIT | PERSIST | INVALIDATE
+    BEGIN_INVALIDATION ─► INVALIDATE ─► done      (route unknown: one shard only)
+
+Reference: CEP-15 (fast path, slow path, execution), Accord ``CoordinateTransaction``,
+``Propose``, ``Stabilise``, ``ExecuteTxn``, ``Persist``, ``Recover``, ``Invalidate``.
+
+Every request is re-sent to the replicas that have not answered each ``retry_micros``, a
+bounded number of times; afterwards the coordinator gives up and leaves the transaction to
+the replicas' progress logs. Replies carry the coordination id, so late replies to an
+abandoned attempt are dropped by the node.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from accord.coordinate.recover import Action, Decision, decide
+from accord.coordinate.tracking import AllTracker, FastPathTracker, Progress, QuorumTracker
+from accord.invariants import check_state
+from accord.messages import (
+    Accept,
+    AcceptInvalidate,
+    AcceptInvalidateOk,
+    AcceptOk,
+    Apply,
+    ApplyOk,
+    BeginInvalidation,
+    BeginRecovery,
+    Commit,
+    CommitInvalidate,
+    CommitOk,
+    InformDurable,
+    Insufficient,
+    InvalidateOk,
+    Nack,
+    PreAccept,
+    PreAcceptOk,
+    ReadOk,
+    ReadRedundant,
+    RecoverOk,
+    Reply,
+    Request,
+)
+from accord.primitives import (
+    BALLOT_ZERO,
+    EMPTY_DEPS,
+    Ballot,
+    Deps,
+    Key,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    WriteOp,
+    execute,
+    merge_max,
+)
+from accord.topology import Shard, Topology
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    APPLIED = "applied"  # writes and result known; the client may be told
+    INVALIDATED = "invalidated"  # definitely never executes
+    UNKNOWN = "unknown"  # preempted or gave up; someone else may finish it
+    RETRY = "retry"  # recovery must be attempted again later
+
+
+class Host(Protocol):
+    """What a coordinator needs from its node."""
+
+    node_id: int
+    topology: Topology
+    rng: random.Random
+    retry_micros: int
+    max_attempts: int
+    fast_path_deps_from_slow_quorum: bool
+
+    def now(self) -> int: ...
+
+    def send(self, dest: int, body: Request) -> None: ...
+
+    def finished(self, coordinator: TransactionCoordinator, outcome: Outcome) -> None: ...
+
+    def on_fast_path(self, fast: bool) -> None: ...
+
+
+class Phase(enum.Enum):
+    PREACCEPT = 1
+    RECOVER = 2
+    BEGIN_INVALIDATION = 3
+    ACCEPT = 4
+    ACCEPT_INVALIDATE = 5
+    COMMIT = 6
+    EXECUTE = 7
+    PERSIST = 8
+    DONE = 9
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A request awaiting replies, re-sent to whoever has not answered."""
+
+    body: Request
+    waiting: set[int]
+    sent_micros: int
+    attempts: int = 1
+
+
+class TransactionCoordinator:
+    """Drives one transaction to a decision and, if it commits, to execution."""
+
+    def __init__(
+        self,
+        host: Host,
+        cid: int,
+        txn_id: TxnId,
+        txn: Txn | None,
+        route: Route | None,
+        *,
+        ballot: Ballot = BALLOT_ZERO,
+    ) -> None:
+        self.host = host
+        self.cid = cid
+        self.txn_id = txn_id
+        self.txn = txn
+        self.route = route
+        self.ballot = ballot
+        self.phase = Phase.PREACCEPT
+        self.pending: _Pending | None = None
+        self.shards: tuple[Shard, ...] = host.topology.shards_for(route.keys) if route else ()
+        self.nodes: tuple[int, ...] = host.topology.replicas_of(route.keys) if route else ()
+        self.quorum: QuorumTracker | None = None
+        self.fast: FastPathTracker | None = None
+        self.preaccepts: dict[int, PreAcceptOk] = {}
+        self.recoveries: dict[int, RecoverOk] = {}
+        self.invalidations: dict[int, InvalidateOk] = {}
+        self.execute_at: Timestamp | None = None
+        self.deps: Deps = EMPTY_DEPS
+        self.values: dict[Key, object] = {}
+        self.readers: dict[int, int] = {}  # shard index -> node asked to read
+        self.writes: tuple[WriteOp, ...] | None = None
+        self.result: TxnResult | None = None
+        self.applied: AllTracker | None = None
+        self.invalidation_shard: Shard | None = None
+        self.outcome: Outcome | None = None
+        self.fast_path: bool | None = None
+        self.wait_for: tuple[TxnId, ...] = ()
+
+    # ------------------------------------------------------------------ starting
+
+    def start(self) -> None:
+        assert self.txn is not None and self.route is not None
+        self.fast = FastPathTracker(self.shards)
+        self._broadcast(
+            Phase.PREACCEPT, PreAccept(self.cid, self.txn_id, self.txn, self.route), self.nodes
+        )
+
+    def start_recovery(self) -> None:
+        assert self.txn is not None and self.route is not None
+        self.quorum = QuorumTracker(self.shards)
+        body = BeginRecovery(self.cid, self.txn_id, self.txn, self.route, self.ballot)
+        self._broadcast(Phase.RECOVER, body, self.nodes)
+
+    def start_invalidation(self, key: Key) -> None:
+        """Invalidate a txn known only by id, through the shard that owns ``key``."""
+        shard = self.host.topology.shard_for(key)
+        self.invalidation_shard = shard
+        self.shards = (shard,)
+        self.nodes = shard.replicas
+        self.quorum = QuorumTracker(self.shards)
+        self._broadcast(
+            Phase.BEGIN_INVALIDATION,
+            BeginInvalidation(self.cid, self.txn_id, self.ballot),
+            self.nodes,
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _broadcast(self, phase: Phase, body: Request, nodes: tuple[int, ...]) -> None:
+        self.phase = phase
+        self.pending = _Pending(body, set(nodes), self.host.now())
+        for node in nodes:
+            self.host.send(node, body)
+
+    def _answered(self, node: int) -> None:
+        if self.pending is not None:
+            self.pending.waiting.discard(node)
+
+    def _finish(self, outcome: Outcome) -> None:
+        if self.phase is Phase.DONE:
+            return
+        self.phase = Phase.DONE
+        self.pending = None
+        self.outcome = outcome
+        self.host.finished(self, outcome)
+
+    def on_tick(self) -> None:
+        pending = self.pending
+        if pending is None or self.phase is Phase.DONE:
+            return
+        now = self.host.now()
+        if now - pending.sent_micros < self.host.retry_micros:
+            return
+        if self.phase is Phase.PREACCEPT and self._preaccept_timed_out():
+            return
+        if pending.attempts >= self.host.max_attempts:
+            # Nothing is lost by giving up: replicas' progress logs recover the txn.
+            if self.phase is Phase.PERSIST:
+                self.phase = Phase.DONE
+                self.pending = None
+            else:
+                self._finish(Outcome.UNKNOWN)
+            return
+        pending.attempts += 1
+        pending.sent_micros = now
+        if self.phase is Phase.EXECUTE:
+            self._ask_readers(retry=True)
+            return
+        for node in sorted(pending.waiting):
+            self.host.send(node, pending.body)
+
+    # ------------------------------------------------------------------ replies
+
+    def on_reply(self, src: int, reply: Reply) -> None:
+        if self.phase is Phase.DONE:
+            return
+        if isinstance(reply, Nack):
+            self._on_nack(src, reply)
+        elif isinstance(reply, PreAcceptOk):
+            self._on_preaccept_ok(src, reply)
+        elif isinstance(reply, AcceptOk):
+            self._on_accept_ok(src, reply)
+        elif isinstance(reply, AcceptInvalidateOk):
+            self._on_accept_invalidate_ok(src)
+        elif isinstance(reply, CommitOk):
+            self._on_commit_ok(src)
+        elif isinstance(reply, Insufficient):
+            self._on_insufficient(src)
+        elif isinstance(reply, ReadOk):
+            self._on_read_ok(src, reply)
+        elif isinstance(reply, ReadRedundant):
+            if self.phase is Phase.EXECUTE:
+                self._persist(reply.writes, reply.result)
+        elif isinstance(reply, ApplyOk):
+            self._on_apply_ok(src)
+        elif isinstance(reply, RecoverOk):
+            self._on_recover_ok(src, reply)
+        elif isinstance(reply, InvalidateOk):
+            self._on_invalidate_ok(src, reply)
+
+    def _on_nack(self, src: int, nack: Nack) -> None:
+        if self.phase in (
+            Phase.PREACCEPT,
+            Phase.ACCEPT,
+            Phase.RECOVER,
+            Phase.ACCEPT_INVALIDATE,
+            Phase.BEGIN_INVALIDATION,
+        ):
+            logger.debug(
+                "txn_id=%s cid=%d preempted by node=%d promised=%s",
+                self.txn_id,
+                self.cid,
+                src,
+                nack.promised,
+            )
+            self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+
+    # --- PreAccept
+
+    def _on_preaccept_ok(self, src: int, reply: PreAcceptOk) -> None:
+        if self.phase is not Phase.PREACCEPT or src in self.preaccepts:
+            return
+        assert self.fast is not None
+        self.preaccepts[src] = reply
+        self._answered(src)
+        self.fast.vote(src, fast=reply.witnessed_at == self.txn_id and not reply.rejected)
+        self._maybe_decide_preaccept()
+
+    def _preaccept_timed_out(self) -> bool:
+        """After a retry interval, silent electorate members count against the fast path."""
+        assert self.fast is not None and self.pending is not None
+        if self.fast.progress() is not Progress.SUCCESS:
+            return False
+        for node in sorted(self.pending.waiting):
+            self.fast.failure(node)
+        return self._maybe_decide_preaccept()
+
+    def _maybe_decide_preaccept(self) -> bool:
+        fast = self.fast
+        assert fast is not None
+        if fast.fast_path_succeeded() and not any(r.rejected for r in self.preaccepts.values()):
+            voters = fast.fast_voters()
+            if self.host.fast_path_deps_from_slow_quorum:
+                voters = set(sorted(self.preaccepts)[: max(s.slow_quorum for s in self.shards)])
+            deps = EMPTY_DEPS.merge(*(self.preaccepts[n].deps for n in sorted(voters)))
+            self.fast_path = True
+            self.host.on_fast_path(True)
+            self._stabilise(self.txn_id, deps, quorum_first=False)
+            return True
+        if fast.progress() is Progress.SUCCESS and fast.fast_path_impossible():
+            self.fast_path = False
+            self.host.on_fast_path(False)
+            oks = [self.preaccepts[n] for n in sorted(self.preaccepts)]
+            if any(r.rejected for r in oks):
+                self._invalidate()
+                return True
+            execute_at = self.txn_id
+            for r in oks:
+                execute_at = merge_max(execute_at, r.witnessed_at)
+            self._propose(execute_at, EMPTY_DEPS.merge(*(r.deps for r in oks)))
+            return True
+        return False
+
+    # --- Accept
+
+    def _propose(self, execute_at: Timestamp, deps: Deps) -> None:
+        assert self.txn is not None and self.route is not None
+        check_state(
+            all(dep < execute_at for dep in deps.txn_ids()),
+            "txn %s proposes deps above executeAt",
+            self.txn_id,
+        )
+        self.execute_at = execute_at
+        self.deps = deps
+        self.quorum = QuorumTracker(self.shards)
+        body = Accept(self.cid, self.txn_id, self.txn, self.route, self.ballot, execute_at, deps)
+        self._broadcast(Phase.ACCEPT, body, self.nodes)
+
+    def _on_accept_ok(self, src: int, reply: AcceptOk) -> None:
+        if self.phase is not Phase.ACCEPT:
+            return
+        assert self.quorum is not None and self.execute_at is not None
+        self._answered(src)
+        self.deps = self.deps.merge(reply.deps)
+        if self.quorum.success(src) is Progress.SUCCESS:
+            self._stabilise(self.execute_at, self.deps, quorum_first=True)
+
+    # --- Commit / Stable
+
+    def _stabilise(self, execute_at: Timestamp, deps: Deps, *, quorum_first: bool) -> None:
+        """Commit the decision; on the slow path a quorum must hold it before execution."""
+        check_state(
+            all(dep < execute_at for dep in deps.txn_ids()),
+            "txn %s commits deps above executeAt",
+            self.txn_id,
+        )
+        self.execute_at = execute_at
+        self.deps = deps
+        if quorum_first:
+            self.quorum = QuorumTracker(self.shards)
+            body = Commit(
+                self.cid,
+                self.txn_id,
+                execute_at,
+                deps,
+                stable=False,
+                txn=self.txn,
+                route=self.route,
+            )
+            self._broadcast(Phase.COMMIT, body, self.nodes)
+        else:
+            self._execute()
+
+    def _on_commit_ok(self, src: int) -> None:
+        if self.phase is not Phase.COMMIT:
+            return
+        assert self.quorum is not None
+        self._answered(src)
+        if self.quorum.success(src) is Progress.SUCCESS:
+            self._execute()
+
+    def _on_insufficient(self, src: int) -> None:
+        assert self.execute_at is not None
+        body = Commit(
+            self.cid,
+            self.txn_id,
+            self.execute_at,
+            self.deps,
+            stable=self.phase is not Phase.COMMIT,
+            read=src in self.readers.values() and self.phase is Phase.EXECUTE,
+            txn=self.txn,
+            route=self.route,
+        )
+        self.host.send(src, body)
+
+    # --- Execute
+
+    def _execute(self) -> None:
+        assert self.txn is not None and self.execute_at is not None
+        self.phase = Phase.EXECUTE
+        self.pending = _Pending(
+            Commit(self.cid, self.txn_id, self.execute_at, self.deps, stable=True),
+            set(),
+            self.host.now(),
+        )
+        read_shards = {
+            i for i, s in enumerate(self.shards) for k in self.txn.read_keys if s.contains(k)
+        }
+        for i in sorted(read_shards):
+            shard = self.shards[i]
+            self.readers[i] = (
+                self.host.node_id
+                if self.host.node_id in shard.replicas
+                else self._pick(shard, None)
+            )
+        answered = set(self.preaccepts) | (self.quorum.responded() if self.quorum else set())
+        for node in self.nodes:
+            knows = node in answered
+            body = Commit(
+                self.cid,
+                self.txn_id,
+                self.execute_at,
+                self.deps,
+                stable=True,
+                read=node in self.readers.values(),
+                txn=None if knows else self.txn,
+                route=None if knows else self.route,
+            )
+            self.host.send(node, body)
+        if not read_shards:
+            self._compute()
+
+    def _pick(self, shard: Shard, avoid: int | None) -> int:
+        choices = [n for n in shard.replicas if n != avoid] or list(shard.replicas)
+        return self.host.rng.choice(choices)
+
+    def _ask_readers(self, *, retry: bool) -> None:
+        assert self.txn is not None and self.execute_at is not None
+        for i in sorted(self.readers):
+            shard = self.shards[i]
+            if all(k in self.values for k in self.txn.read_keys if shard.contains(k)):
+                continue
+            if retry:
+                self.readers[i] = self._pick(shard, self.readers[i])
+            body = Commit(
+                self.cid,
+                self.txn_id,
+                self.execute_at,
+                self.deps,
+                stable=True,
+                read=True,
+                txn=self.txn,
+                route=self.route,
+            )
+            self.host.send(self.readers[i], body)
+
+    def _on_read_ok(self, src: int, reply: ReadOk) -> None:
+        if self.phase is not Phase.EXECUTE:
+            return
+        assert self.txn is not None
+        for key, value in reply.values:
+            self.values[key] = value
+        if all(k in self.values for k in self.txn.read_keys):
+            self._compute()
+
+    def _compute(self) -> None:
+        assert self.txn is not None
+        writes, result = execute(self.txn, self.values)
+        self._persist(writes, result)
+
+    # --- Persist
+
+    def _persist(self, writes: tuple[WriteOp, ...], result: TxnResult) -> None:
+        assert self.txn is not None and self.route is not None and self.execute_at is not None
+        self.writes = writes
+        self.result = result
+        self.applied = AllTracker(self.nodes)
+        body = Apply(
+            self.cid, self.txn_id, self.txn, self.route, self.execute_at, self.deps, writes, result
+        )
+        self._broadcast(Phase.PERSIST, body, self.nodes)
+        # The outcome is decided and durable at a quorum: the client may hear it before
+        # every replica acknowledges (reference: Accord StandardTxnAdapter.persist).
+        self.outcome = Outcome.APPLIED
+        self.host.finished(self, Outcome.APPLIED)
+
+    def _on_apply_ok(self, src: int) -> None:
+        if self.phase is not Phase.PERSIST:
+            return
+        assert self.applied is not None
+        self._answered(src)
+        if self.applied.success(src):
+            for node in self.nodes:
+                self.host.send(node, InformDurable(self.cid, self.txn_id))
+            self.phase = Phase.DONE
+            self.pending = None
+
+    # --- Recovery
+
+    def _on_recover_ok(self, src: int, reply: RecoverOk) -> None:
+        if self.phase is not Phase.RECOVER or src in self.recoveries:
+            return
+        assert self.quorum is not None
+        self.recoveries[src] = reply
+        self._answered(src)
+        if self.quorum.success(src) is not Progress.SUCCESS:
+            return
+        self._act(decide(self.txn_id, self.shards, self.recoveries))
+
+    def _act(self, decision: Decision) -> None:
+        logger.debug("txn_id=%s recovery decision=%s", self.txn_id, decision.action.value)
+        action = decision.action
+        if action is Action.COMMIT_INVALIDATION:
+            self._commit_invalidation()
+        elif action is Action.PERSIST:
+            assert decision.writes is not None and decision.result is not None
+            self.execute_at = decision.execute_at
+            self.deps = decision.deps
+            self._persist(decision.writes, decision.result)
+        elif action is Action.STABILISE:
+            assert decision.execute_at is not None
+            self._stabilise(decision.execute_at, decision.deps, quorum_first=True)
+        elif action is Action.PROPOSE:
+            assert decision.execute_at is not None
+            self._propose(decision.execute_at, decision.deps)
+        elif action is Action.INVALIDATE:
+            self._invalidate()
+        else:
+            self.wait_for = decision.wait_for
+            self._finish(Outcome.RETRY)
+
+    # --- Invalidation
+
+    def _invalidate(self) -> None:
+        self.quorum = QuorumTracker(self.shards)
+        self._broadcast(
+            Phase.ACCEPT_INVALIDATE,
+            AcceptInvalidate(self.cid, self.txn_id, self.ballot),
+            self.nodes,
+        )
+
+    def _on_accept_invalidate_ok(self, src: int) -> None:
+        if self.phase is not Phase.ACCEPT_INVALIDATE:
+            return
+        assert self.quorum is not None
+        self._answered(src)
+        if self.quorum.success(src) is Progress.SUCCESS:
+            self._commit_invalidation()
+
+    def _commit_invalidation(self) -> None:
+        for node in self.nodes:
+            self.host.send(node, CommitInvalidate(self.cid, self.txn_id))
+        self._finish(Outcome.INVALIDATED)
+
+    def _on_invalidate_ok(self, src: int, reply: InvalidateOk) -> None:
+        if self.phase is not Phase.BEGIN_INVALIDATION or src in self.invalidations:
+            return
+        assert self.quorum is not None and self.invalidation_shard is not None
+        self.invalidations[src] = reply
+        self._answered(src)
+        if self.quorum.success(src) is not Progress.SUCCESS:
+            return
+        replies = [self.invalidations[n] for n in sorted(self.invalidations)]
+        if any(r.status is Status.INVALIDATED for r in replies):
+            self._commit_invalidation()
+            return
+        known = [r for r in replies if r.txn is not None and r.route is not None]
+        if known:
+            # Someone knows the txn: only full recovery (every shard) may decide it.
+            self._finish(Outcome.RETRY)
+            return
+        shard = self.invalidation_shard
+        against = sum(
+            1
+            for n in shard.electorate
+            if n in self.invalidations and not self.invalidations[n].accepts_fast_path
+        )
+        check_state(
+            against > len(shard.electorate) - shard.fast_quorum,
+            "txn %s: quorum never saw it yet the fast path looks possible",
+            self.txn_id,
+        )
+        self._invalidate()

@@ -1,0 +1,48 @@
+"""Always-on invariant checks and the root of the library's error hierarchy.
+
+Plain ``assert`` disappears under ``python -O``; a broken invariant in a consensus protocol
+must stop the process in production too, so every check here raises regardless of flags.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NoReturn
+
+
+class AccordError(Exception):
+    """Root of every error raised by this library."""
+
+    retryable: ClassVar[bool] = False
+
+
+class InvariantViolation(AccordError):
+    """A condition the protocol guarantees does not hold: a bug, never an operating error."""
+
+
+class InvalidTransaction(AccordError):
+    """A transaction definition is malformed (unknown operator, wrong shape, no keys)."""
+
+
+class ConfigurationError(AccordError):
+    """A node or topology configuration is inconsistent."""
+
+
+def check_state(condition: bool, message: str, *args: object) -> None:
+    """Raise :class:`InvariantViolation` unless ``condition`` holds.
+
+    ``message`` is %-formatted with ``args`` only on failure so callers pay nothing on the
+    happy path.
+    """
+    if not condition:
+        fail(message, *args)
+
+
+def fail(message: str, *args: object) -> NoReturn:
+    """Raise :class:`InvariantViolation` with a %-formatted message."""
+    raise InvariantViolation(message % args if args else message)
+
+
+def check_argument(condition: bool, message: str, *args: object) -> None:
+    """Raise :class:`ValueError` unless ``condition`` holds (caller's mistake, not ours)."""
+    if not condition:
+        raise ValueError(message % args if args else message)

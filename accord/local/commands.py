@@ -1,0 +1,671 @@
+"""One replica's state machine: every transition of every command lives in this file.
+
+Rules (after h11's ``_state.py``: everything that changes replica state is here):
+
+1. Handlers are idempotent and tolerate any arrival order: an Apply may come before the
+   Commit, which may come before the PreAccept. Knowledge only grows (``Status`` order);
+   within the proposal phase the accepted ballot decides.
+2. A handler that changes durable state calls ``_persist``; the node hands the snapshots
+   to the journal before it sends any reply (``accord.api.Journal``).
+3. A replica promises a ballot by recording it; it never accepts anything under a lower
+   ballot afterwards. The original coordinator's ballot is ZERO, so once a recovery
+   coordinator has been promised, late PreAccepts and Accepts of the original coordinator
+   are refused (reference: accord.md pitfall 2).
+4. Execution waits, for every dependency on a key this replica owns, until that dependency
+   is committed, and then — if it executes earlier — until it is applied (CEP-15,
+   "Execution still waits for earlier conflicting work").
+5. Invalidated is terminal and never meets an executeAt: seeing both is a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from accord.invariants import check_state, fail
+from accord.local.command import Command, CommandSnapshot, KeyState
+from accord.local.effects import (
+    Accepted,
+    DataRead,
+    DataWrite,
+    InvalidationView,
+    NeedsTxn,
+    Ok,
+    PreAccepted,
+    ReadState,
+    RecoveryView,
+    Refused,
+)
+from accord.primitives import (
+    BALLOT_ZERO,
+    Ballot,
+    Deps,
+    Key,
+    Kind,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    WriteOp,
+)
+from accord.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Bugs:
+    """Deliberately broken protocol variants, for proving the burn test has teeth.
+
+    Never set outside tests: each one breaks strict serializability.
+    """
+
+    execute_without_waiting: bool = False
+    fast_path_deps_from_slow_quorum: bool = False
+    recovery_ignores_earlier_accepted: bool = False
+    forget_promise_on_restart: bool = False
+    fast_vote_ignores_conflicts: bool = False
+
+    def any(self) -> bool:
+        return any(getattr(self, name) for name in self.__slots__)
+
+
+NO_BUGS = Bugs()
+
+
+class CommandStore:
+    """The commands and per-key indexes of one replica."""
+
+    def __init__(
+        self,
+        node_id: int,
+        topology: Topology,
+        *,
+        mint: Callable[[Timestamp | None], Timestamp],
+        now_micros: Callable[[], int],
+        preaccept_timeout_micros: int,
+        bugs: Bugs = NO_BUGS,
+    ) -> None:
+        self.node_id = node_id
+        self.topology = topology
+        self._mint = mint
+        self._now = now_micros
+        self.preaccept_timeout_micros = preaccept_timeout_micros
+        self.bugs = bugs
+        self.commands: dict[TxnId, Command] = {}
+        self.keys: dict[Key, KeyState] = {}
+        self._listeners: dict[TxnId, dict[TxnId, None]] = {}
+        # Commands not yet Applied or Invalidated, for the progress log to scan.
+        self._active: dict[TxnId, Command] = {}
+        self._owned_cache: dict[Key, bool] = {}
+        self.persisted: list[CommandSnapshot] = []
+        self.data_reads: list[DataRead] = []
+        self.data_writes: list[DataWrite] = []
+        # (txn_id, node, cid) read replies that became answerable, for the node to send.
+        self.read_replies: list[tuple[TxnId, int, int]] = []
+        # Commands whose status changed, for coordinators waiting on local progress.
+        self.changed: dict[TxnId, None] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def owns(self, key: Key) -> bool:
+        owned = self._owned_cache.get(key)
+        if owned is None:
+            owned = self.topology.owns(self.node_id, key)
+            self._owned_cache[key] = owned
+        return owned
+
+    def owned_keys(self, keys: tuple[Key, ...]) -> tuple[Key, ...]:
+        return tuple(k for k in keys if self.owns(k))
+
+    def command(self, txn_id: TxnId) -> Command:
+        command = self.commands.get(txn_id)
+        if command is None:
+            command = Command(txn_id, last_progress_micros=self._now())
+            self.commands[txn_id] = command
+            self._active[txn_id] = command
+        return command
+
+    def active(self) -> list[Command]:
+        return list(self._active.values())
+
+    def is_blocking(self, txn_id: TxnId) -> bool:
+        """Whether some command here waits on ``txn_id``."""
+        return bool(self._listeners.get(txn_id))
+
+    def learn(self, txn_id: TxnId, txn: Txn, route: Route) -> None:
+        """Adopt a txn's definition learned from a peer, without voting on it."""
+        command = self.command(txn_id)
+        if command.txn is None:
+            self._define(command, txn, route)
+            self._persist(command)
+
+    def _persist(self, command: Command) -> None:
+        self.persisted.append(command.snapshot())
+        if command.status.is_terminal:
+            self._active.pop(command.txn_id, None)
+        command.last_progress_micros = self._now()
+        self.changed[command.txn_id] = None
+
+    def _define(self, command: Command, txn: Txn | None, route: Route | None) -> None:
+        if txn is not None and command.txn is None:
+            check_state(txn.kind is command.kind, "txn %s kind differs from its id", command.txn_id)
+            command.txn = txn
+        if route is not None and command.route is None:
+            command.route = route
+        self._index(command)
+
+    def _index(self, command: Command) -> None:
+        if command.indexed or command.txn is None or command.pruned:
+            return
+        command.indexed = True
+        kind = command.kind
+        for key in self.owned_keys(command.txn.keys):
+            state = self.keys.get(key)
+            if state is None:
+                state = self.keys[key] = KeyState()
+            (state.writes if kind is Kind.WRITE else state.reads)[command.txn_id] = command
+            state.witness(kind, command.txn_id)
+            if command.execute_at is not None:
+                state.witness(kind, command.execute_at)
+
+    def _witness(self, command: Command, at: Timestamp) -> None:
+        if command.txn is None:
+            return
+        for key in self.owned_keys(command.txn.keys):
+            self.keys[key].witness(command.kind, at)
+
+    def _max_conflict(self, txn: Txn, kind: Kind) -> Timestamp | None:
+        best: Timestamp | None = None
+        for key in self.owned_keys(txn.keys):
+            state = self.keys.get(key)
+            if state is not None:
+                candidate = state.max_conflict(kind)
+                if best is None or candidate > best:
+                    best = candidate
+        return best
+
+    def _deps(self, txn_id: TxnId, txn: Txn, below: Timestamp) -> Deps:
+        """Every known, not invalidated, conflicting txn on our keys with an id < ``below``."""
+        by_key: dict[Key, list[TxnId]] = {}
+        kind = txn_id.kind
+        for key in self.owned_keys(txn.keys):
+            state = self.keys.get(key)
+            if state is None:
+                continue
+            found = [
+                other
+                for index in state.conflicting(kind)
+                for other, command in index.items()
+                if other < below and other != txn_id and command.status is not Status.INVALIDATED
+            ]
+            if found:
+                by_key[key] = found
+        return Deps(by_key)
+
+    # ------------------------------------------------------------------ PreAccept
+
+    def preaccept(self, txn_id: TxnId, txn: Txn, route: Route) -> PreAccepted | Refused:
+        command = self.command(txn_id)
+        if command.promised > BALLOT_ZERO:
+            return Refused(command.promised, command.status)
+        if command.status >= Status.PRE_ACCEPTED:
+            if command.status is Status.PRE_ACCEPTED:
+                # A duplicate: answer exactly as the first time so the vote cannot change.
+                assert command.execute_at is not None
+                return PreAccepted(command.execute_at, command.deps, False)
+            return Refused(command.promised, command.status)
+        self._define(command, txn, route)
+        witnessed, rejected = self._witnessed_at(txn_id, txn, permit_fast_path=True)
+        deps = self._deps(txn_id, txn, txn_id)
+        command.status = Status.PRE_ACCEPTED
+        command.execute_at = witnessed
+        command.deps = deps
+        command.fast_vote = witnessed == txn_id
+        self._witness(command, witnessed)
+        self._persist(command)
+        return PreAccepted(witnessed, deps, rejected)
+
+    def _witnessed_at(
+        self, txn_id: TxnId, txn: Txn, *, permit_fast_path: bool
+    ) -> tuple[Timestamp, bool]:
+        # The replica's own id was indexed by _define, so compare against what others did.
+        expired = self._now() - txn_id.hlc >= self.preaccept_timeout_micros
+        conflict = self._max_conflict_excluding(txn_id, txn)
+        no_conflict = conflict is None or txn_id > conflict or self.bugs.fast_vote_ignores_conflicts
+        if permit_fast_path and not expired and no_conflict:
+            return txn_id, False
+        floor = txn_id if conflict is None or txn_id > conflict else conflict
+        return self._mint(floor), expired
+
+    def _max_conflict_excluding(self, txn_id: TxnId, txn: Txn) -> Timestamp | None:
+        best: Timestamp | None = None
+        kind = txn_id.kind
+        for key in self.owned_keys(txn.keys):
+            state = self.keys.get(key)
+            if state is None:
+                continue
+            for index in state.conflicting(kind):
+                for other, command in index.items():
+                    if other == txn_id:
+                        continue
+                    at = command.execute_at if command.execute_at is not None else other
+                    top = at if at > other else other
+                    if best is None or top > best:
+                        best = top
+            pruned = state.pruned_conflict(kind)
+            if best is None or pruned > best:
+                best = pruned
+        return best
+
+    # ------------------------------------------------------------------ Accept
+
+    def accept(
+        self,
+        txn_id: TxnId,
+        txn: Txn,
+        route: Route,
+        ballot: Ballot,
+        execute_at: Timestamp,
+        deps: Deps,
+    ) -> Accepted | Refused:
+        check_state(execute_at >= txn_id, "executeAt %s below txnId %s", execute_at, txn_id)
+        command = self.command(txn_id)
+        if command.promised > ballot:
+            return Refused(command.promised, command.status)
+        if command.status.is_decided:
+            return Refused(command.promised, command.status)
+        self._define(command, txn, route)
+        command.promised = ballot
+        command.accepted = ballot
+        command.status = Status.ACCEPTED
+        command.execute_at = execute_at
+        command.deps = deps
+        self._witness(command, execute_at)
+        self._persist(command)
+        return Accepted(self._deps(txn_id, txn, execute_at))
+
+    def accept_invalidate(self, txn_id: TxnId, ballot: Ballot) -> Ok | Refused:
+        command = self.command(txn_id)
+        if command.promised > ballot or command.status.is_decided:
+            return Refused(command.promised, command.status)
+        command.promised = ballot
+        command.accepted = ballot
+        command.status = Status.ACCEPTED_INVALIDATE
+        self._persist(command)
+        return Ok()
+
+    # ------------------------------------------------------------------ Commit / Stable
+
+    def commit(
+        self,
+        txn_id: TxnId,
+        execute_at: Timestamp,
+        deps: Deps,
+        *,
+        stable: bool,
+        txn: Txn | None,
+        route: Route | None,
+    ) -> Ok | NeedsTxn:
+        command = self.command(txn_id)
+        check_state(
+            command.status is not Status.INVALIDATED,
+            "node %d: commit of invalidated txn %s",
+            self.node_id,
+            txn_id,
+        )
+        if command.status.is_decided:
+            check_state(
+                command.execute_at == execute_at,
+                "node %d: txn %s committed at %s and at %s",
+                self.node_id,
+                txn_id,
+                command.execute_at,
+                execute_at,
+            )
+            if stable and command.status is Status.COMMITTED:
+                self._make_stable(command, deps)
+            return Ok()
+        if command.txn is None and txn is None:
+            return NeedsTxn()
+        self._define(command, txn, route)
+        command.execute_at = execute_at
+        command.deps = deps
+        self._witness(command, execute_at)
+        if stable:
+            self._make_stable(command, deps)
+        else:
+            command.status = Status.COMMITTED
+            self._persist(command)
+            self._notify(command)
+        return Ok()
+
+    def _make_stable(self, command: Command, deps: Deps) -> None:
+        command.status = Status.STABLE
+        command.deps = deps
+        self._persist(command)
+        self._notify(command)
+        self._start_waiting(command)
+
+    # ------------------------------------------------------------------ Apply
+
+    def apply(
+        self,
+        txn_id: TxnId,
+        txn: Txn,
+        route: Route,
+        execute_at: Timestamp,
+        deps: Deps,
+        writes: tuple[WriteOp, ...],
+        result: TxnResult,
+    ) -> Ok:
+        command = self.command(txn_id)
+        check_state(
+            command.status is not Status.INVALIDATED,
+            "node %d: apply of invalidated txn %s",
+            self.node_id,
+            txn_id,
+        )
+        if command.status.is_decided:
+            check_state(
+                command.execute_at == execute_at,
+                "node %d: txn %s applied at %s but committed at %s",
+                self.node_id,
+                txn_id,
+                execute_at,
+                command.execute_at,
+            )
+        if command.status >= Status.PRE_APPLIED:
+            return Ok()
+        self._define(command, txn, route)
+        was_stable = command.status is Status.STABLE
+        command.status = Status.PRE_APPLIED
+        command.execute_at = execute_at
+        if not was_stable:
+            command.deps = deps
+        command.writes = writes
+        command.result = result
+        self._witness(command, execute_at)
+        self._persist(command)
+        self._notify(command)
+        if was_stable and command.waiting_on is not None:
+            self._maybe_execute(command)
+        else:
+            self._start_waiting(command)
+        self._answer_readers(command)
+        return Ok()
+
+    def commit_invalidate(self, txn_id: TxnId) -> Ok:
+        command = self.command(txn_id)
+        if command.status is Status.INVALIDATED:
+            return Ok()
+        check_state(
+            not command.status.is_decided,
+            "node %d: invalidation of txn %s, already %s at %s",
+            self.node_id,
+            txn_id,
+            command.status.name,
+            command.execute_at,
+        )
+        command.status = Status.INVALIDATED
+        command.waiting_on = None
+        self._persist(command)
+        self._notify(command)
+        return Ok()
+
+    # ------------------------------------------------------------------ Recovery
+
+    def begin_recovery(
+        self, txn_id: TxnId, txn: Txn, route: Route, ballot: Ballot
+    ) -> RecoveryView | Refused:
+        command = self.command(txn_id)
+        if command.promised > ballot:
+            return Refused(command.promised, command.status)
+        self._define(command, txn, route)
+        command.promised = ballot
+        if command.status is Status.NOT_DEFINED:
+            # A replica that had not seen the txn votes against the fast path.
+            witnessed, _ = self._witnessed_at(txn_id, txn, permit_fast_path=False)
+            command.status = Status.PRE_ACCEPTED
+            command.execute_at = witnessed
+            command.deps = self._deps(txn_id, txn, txn_id)
+            command.fast_vote = False
+            self._witness(command, witnessed)
+        self._persist(command)
+        rejects = False
+        committed_witness: list[TxnId] = []
+        accepted_no_witness: list[TxnId] = []
+        deps = command.deps
+        if command.status is Status.PRE_ACCEPTED:
+            deps = self._deps(txn_id, txn, txn_id)
+            rejects, committed_witness, accepted_no_witness = self._recovery_evidence(command, txn)
+        return RecoveryView(
+            command.status,
+            command.accepted,
+            command.execute_at,
+            deps,
+            command.fast_vote,
+            rejects,
+            tuple(committed_witness),
+            tuple(accepted_no_witness),
+            command.writes,
+            command.result,
+        )
+
+    def _recovery_evidence(
+        self, command: Command, txn: Txn
+    ) -> tuple[bool, list[TxnId], list[TxnId]]:
+        """Which conflicting txns prove or might disprove a fast-path decision for ``command``.
+
+        Reference: Accord ``BeginRecovery`` (rejectsFastPath, earlierCommittedWitness,
+        earlierAcceptedNoWitness) and accord.md §5.
+        """
+        txn_id = command.txn_id
+        rejects = False
+        committed_witness: dict[TxnId, None] = {}
+        accepted_no_witness: dict[TxnId, None] = {}
+        for key in self.owned_keys(txn.keys):
+            state = self.keys.get(key)
+            if state is None:
+                continue
+            if state.pruned_conflict(txn_id.kind) > txn_id:
+                # A pruned txn was applied here, so it was committed and did not wait for us
+                # (we are not committed here): it executes after us without witnessing us.
+                rejects = True
+            for index in state.conflicting(txn_id.kind):
+                for other_id, other in index.items():
+                    if other_id == txn_id or other.status is Status.INVALIDATED:
+                        continue
+                    status = other.status
+                    if status < Status.ACCEPTED or status is Status.ACCEPTED_INVALIDATE:
+                        continue
+                    witnessed = other.deps.contains(txn_id)
+                    assert other.execute_at is not None
+                    executes_after = other.execute_at > txn_id
+                    if other_id > txn_id:
+                        rejects = rejects or not witnessed
+                    elif status.is_decided:
+                        if witnessed:
+                            committed_witness[other_id] = None
+                        elif executes_after:
+                            rejects = True
+                    elif executes_after and not witnessed:
+                        accepted_no_witness[other_id] = None
+        if self.bugs.recovery_ignores_earlier_accepted:
+            accepted_no_witness.clear()
+        return rejects, sorted(committed_witness), sorted(accepted_no_witness)
+
+    def begin_invalidation(self, txn_id: TxnId, ballot: Ballot) -> InvalidationView | Refused:
+        command = self.command(txn_id)
+        if command.promised > ballot:
+            return Refused(command.promised, command.status)
+        command.promised = ballot
+        self._persist(command)
+        return InvalidationView(
+            command.status, command.accepted, command.fast_vote, command.txn, command.route
+        )
+
+    # ------------------------------------------------------------------ Reads
+
+    def read(self, txn_id: TxnId, reader_node: int, reader_cid: int) -> ReadState:
+        """Queue a read for the coordinator ``(reader_node, reader_cid)``.
+
+        Returns the recorded outcome at once when the txn was already applied here, since
+        the data no longer reflects the state at its executeAt.
+        """
+        command = self.command(txn_id)
+        if command.status >= Status.PRE_APPLIED and command.status is not Status.INVALIDATED:
+            return ReadState(command.writes, command.result)
+        if (reader_node, reader_cid) not in command.readers:
+            command.readers.append((reader_node, reader_cid))
+        self._maybe_execute(command)
+        return ReadState(None, None)
+
+    def read_done(self, txn_id: TxnId) -> list[tuple[int, int]]:
+        command = self.commands[txn_id]
+        command.reading = False
+        readers, command.readers = command.readers, []
+        return readers
+
+    def _answer_readers(self, command: Command) -> None:
+        for reader_node, reader_cid in command.readers:
+            self.read_replies.append((command.txn_id, reader_node, reader_cid))
+        command.readers = []
+
+    # ------------------------------------------------------------------ Execution
+
+    def _start_waiting(self, command: Command) -> None:
+        assert command.execute_at is not None and command.txn is not None
+        waiting: dict[TxnId, None] = {}
+        if not self.bugs.execute_without_waiting:
+            for key in self.owned_keys(command.txn.keys):
+                for dep in command.deps.for_key(key):
+                    if dep != command.txn_id and self._blocks(dep, command.execute_at):
+                        waiting[dep] = None
+                        self._listeners.setdefault(dep, {})[command.txn_id] = None
+                        blocker = self.commands[dep]
+                        if blocker.txn is None and blocker.key_hint is None:
+                            blocker.key_hint = key
+        command.waiting_on = waiting
+        self._maybe_execute(command)
+
+    def _blocks(self, dep_id: TxnId, execute_at: Timestamp) -> bool:
+        dep = self.commands.get(dep_id)
+        if dep is None:
+            # Known only as someone's dependency: remember it so the progress log can chase it.
+            dep = self.command(dep_id)
+        status = dep.status
+        if status is Status.INVALIDATED or status is Status.APPLIED:
+            return False
+        if not status.is_decided:
+            return True
+        assert dep.execute_at is not None
+        return dep.execute_at < execute_at
+
+    def _notify(self, dep: Command) -> None:
+        listeners = self._listeners.get(dep.txn_id)
+        if not listeners:
+            return
+        if dep.status.is_terminal:
+            del self._listeners[dep.txn_id]
+        for waiter_id in list(listeners):
+            waiter = self.commands[waiter_id]
+            if waiter.waiting_on is None or dep.txn_id not in waiter.waiting_on:
+                listeners.pop(waiter_id, None)
+                continue
+            assert waiter.execute_at is not None
+            if not self._blocks(dep.txn_id, waiter.execute_at):
+                del waiter.waiting_on[dep.txn_id]
+                listeners.pop(waiter_id, None)
+                self._maybe_execute(waiter)
+
+    def _maybe_execute(self, command: Command) -> None:
+        if command.waiting_on is None or command.waiting_on:
+            return
+        assert command.execute_at is not None and command.txn is not None
+        if command.status is Status.STABLE and command.readers and not command.reading:
+            keys = self.owned_keys(command.txn.read_keys)
+            command.reading = True
+            self.data_reads.append(DataRead(command.txn_id, command.execute_at, keys))
+        elif command.status is Status.PRE_APPLIED and not command.writing:
+            assert command.writes is not None
+            writes = tuple(w for w in command.writes if self.owns(w.key))
+            command.writing = True
+            self.data_writes.append(DataWrite(command.txn_id, command.execute_at, writes))
+
+    def write_done(self, txn_id: TxnId) -> None:
+        command = self.commands[txn_id]
+        check_state(
+            command.status is Status.PRE_APPLIED,
+            "write done for %s at %s",
+            txn_id,
+            command.status.name,
+        )
+        command.writing = False
+        command.status = Status.APPLIED
+        command.waiting_on = None
+        self._persist(command)
+        self._notify(command)
+
+    # ------------------------------------------------------------------ Durability / GC
+
+    def mark_durable(self, txn_id: TxnId) -> None:
+        """Every replica applied ``txn_id``: drop it from the key indexes.
+
+        Deps stop naming it (it is applied everywhere, so nobody needs to wait for it) and
+        the key's pruned floor keeps the recovery evidence its presence would have given.
+        The command record itself is kept: recovery may still ask about it.
+        """
+        command = self.commands.get(txn_id)
+        if command is None or command.status is not Status.APPLIED or command.pruned:
+            return
+        assert command.txn is not None and command.execute_at is not None
+        command.pruned = True
+        command.indexed = False
+        kind = command.kind
+        for key in self.owned_keys(command.txn.keys):
+            state = self.keys[key]
+            (state.writes if kind is Kind.WRITE else state.reads).pop(txn_id, None)
+            if command.execute_at > state.pruned_any:
+                state.pruned_any = command.execute_at
+            if kind is Kind.WRITE and command.execute_at > state.pruned_write:
+                state.pruned_write = command.execute_at
+
+    # ------------------------------------------------------------------ Restart
+
+    def restore(self, snapshots: list[CommandSnapshot]) -> None:
+        """Rebuild from the journal: the last snapshot of each txn wins."""
+        latest: dict[TxnId, CommandSnapshot] = {}
+        for snapshot in snapshots:
+            latest[snapshot.txn_id] = snapshot
+        now = self._now()
+        for txn_id in sorted(latest):
+            command = Command.restore(latest[txn_id])
+            if self.bugs.forget_promise_on_restart:
+                command.promised = command.accepted
+            command.last_progress_micros = now
+            self.commands[txn_id] = command
+            if not command.status.is_terminal:
+                self._active[txn_id] = command
+            self._index(command)
+        for txn_id in sorted(latest):
+            command = self.commands[txn_id]
+            if command.status in (Status.STABLE, Status.PRE_APPLIED):
+                self._start_waiting(command)
+
+    def drain(self) -> tuple[list[CommandSnapshot], list[DataRead], list[DataWrite]]:
+        persisted, self.persisted = self.persisted, []
+        reads, self.data_reads = self.data_reads, []
+        writes, self.data_writes = self.data_writes, []
+        return persisted, reads, writes
+
+    def waiting_on_unknown(self, command: Command) -> list[TxnId]:
+        if not command.waiting_on:
+            return []
+        return [d for d in command.waiting_on if not self.commands[d].status.is_decided]
+
+    def fail_unknown(self, txn_id: TxnId) -> None:
+        fail("unknown txn %s", txn_id)

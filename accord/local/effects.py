@@ -1,0 +1,91 @@
+"""What a replica asks its host to do with user data, and the outcomes of its handlers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from accord.primitives import (
+    Ballot,
+    Deps,
+    Key,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    WriteOp,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DataRead:
+    """Read ``keys`` as of ``execute_at``; answer with ``Node.step(ReadDone(...))``."""
+
+    txn_id: TxnId
+    execute_at: Timestamp
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DataWrite:
+    """Apply ``writes`` with write timestamp ``execute_at``; answer with ``WriteDone``."""
+
+    txn_id: TxnId
+    execute_at: Timestamp
+    writes: tuple[WriteOp, ...]
+
+
+class Refused(NamedTuple):
+    """A promise to a higher ballot, or a phase already passed (``status``)."""
+
+    promised: Ballot
+    status: Status
+
+
+class PreAccepted(NamedTuple):
+    witnessed_at: Timestamp
+    deps: Deps
+    rejected: bool
+
+
+class Accepted(NamedTuple):
+    deps: Deps
+
+
+class RecoveryView(NamedTuple):
+    status: Status
+    accepted: Ballot
+    execute_at: Timestamp | None
+    deps: Deps
+    accepts_fast_path: bool
+    rejects_fast_path: bool
+    earlier_committed_witness: tuple[TxnId, ...]
+    earlier_accepted_no_witness: tuple[TxnId, ...]
+    writes: tuple[WriteOp, ...] | None
+    result: TxnResult | None
+
+
+class InvalidationView(NamedTuple):
+    status: Status
+    accepted: Ballot
+    accepts_fast_path: bool
+    txn: Txn | None
+    route: Route | None
+
+
+class Ok(NamedTuple):
+    pass
+
+
+class NeedsTxn(NamedTuple):
+    """The handler needs the transaction's definition, which the message omitted."""
+
+
+class ReadState(NamedTuple):
+    """How a read request stands: queued until executable, or already answered by the
+    recorded outcome of an applied transaction."""
+
+    writes: tuple[WriteOp, ...] | None
+    result: TxnResult | None

@@ -1,0 +1,308 @@
+"""Every request and reply exchanged between replicas, as immutable values.
+
+Messages are thin: a replica's handling of each one lives in ``accord.local.commands``;
+these classes only carry data. ``cid`` (coordination id) is chosen by the sending
+coordinator and echoed in the reply so that a node can route replies to the right
+coordination attempt and drop replies to attempts it abandoned.
+
+``has_side_effects`` marks requests whose handling changes durable replica state: the
+receiving node persists that state before it replies (see ``accord.api.Journal``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, TypeAlias
+
+from accord.primitives import (
+    Ballot,
+    Deps,
+    Key,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    WriteOp,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PreAccept:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    txn: Txn
+    route: Route
+
+
+@dataclass(frozen=True, slots=True)
+class PreAcceptOk:
+    cid: int
+    txn_id: TxnId
+    witnessed_at: Timestamp
+    deps: Deps
+    # True when the replica refused to order the txn (it arrived too late): the coordinator
+    # must invalidate rather than propose.
+    rejected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A request refused because the replica promised a higher ballot, or because the
+    transaction is already past the phase the request belongs to (``status``)."""
+
+    cid: int
+    txn_id: TxnId
+    promised: Ballot
+    status: Status = Status.NOT_DEFINED
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    txn: Txn
+    route: Route
+    ballot: Ballot
+    execute_at: Timestamp
+    deps: Deps
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptOk:
+    cid: int
+    txn_id: TxnId
+    deps: Deps
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptInvalidate:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptInvalidateOk:
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The decided executeAt and deps. ``stable`` means every replica may execute: it is
+    sent on the fast path at once, and on the slow path only after a quorum of each shard
+    acknowledged the non-stable commit. ``read`` asks this replica to read for the txn
+    once it can. ``txn``/``route`` are omitted when the replica is known to have them."""
+
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    execute_at: Timestamp
+    deps: Deps
+    stable: bool
+    read: bool = False
+    txn: Txn | None = None
+    route: Route | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOk:
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class Insufficient:
+    """The replica lacks the txn definition; the sender must resend it maximally."""
+
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOk:
+    cid: int
+    txn_id: TxnId
+    values: tuple[tuple[Key, object], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRedundant:
+    """The replica already applied the txn: here is its recorded outcome."""
+
+    cid: int
+    txn_id: TxnId
+    writes: tuple[WriteOp, ...]
+    result: TxnResult
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    txn: Txn
+    route: Route
+    execute_at: Timestamp
+    deps: Deps
+    writes: tuple[WriteOp, ...]
+    result: TxnResult
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOk:
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInvalidate:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class InformDurable:
+    """Every replica of every shard applied the txn; replicas may prune it from indexes."""
+
+    has_side_effects: ClassVar[bool] = False
+    cid: int
+    txn_id: TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class BeginRecovery:
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    txn: Txn
+    route: Route
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverOk:
+    """One replica's view for recovery (reference: Accord ``BeginRecovery.RecoverOk``).
+
+    ``accepts_fast_path``: this replica voted for executeAt == txnId in PreAccept.
+    ``rejects_fast_path``: a conflicting txn this replica knows proves no fast quorum formed.
+    ``earlier_accepted_no_witness``: earlier txns proposed to execute after us without
+    having witnessed us; ``earlier_committed_witness``: earlier txns committed witnessing us.
+    """
+
+    cid: int
+    txn_id: TxnId
+    status: Status
+    accepted: Ballot
+    execute_at: Timestamp | None
+    deps: Deps
+    accepts_fast_path: bool
+    rejects_fast_path: bool
+    earlier_committed_witness: tuple[TxnId, ...]
+    earlier_accepted_no_witness: tuple[TxnId, ...]
+    writes: tuple[WriteOp, ...] | None = None
+    result: TxnResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BeginInvalidation:
+    """Promise ``ballot`` without pre-accepting: used when the route is unknown."""
+
+    has_side_effects: ClassVar[bool] = True
+    cid: int
+    txn_id: TxnId
+    ballot: Ballot
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidateOk:
+    cid: int
+    txn_id: TxnId
+    status: Status
+    accepted: Ballot
+    accepts_fast_path: bool
+    txn: Txn | None
+    route: Route | None
+
+
+Request: TypeAlias = (
+    PreAccept
+    | Accept
+    | AcceptInvalidate
+    | Commit
+    | Apply
+    | CommitInvalidate
+    | InformDurable
+    | BeginRecovery
+    | BeginInvalidation
+)
+Reply: TypeAlias = (
+    PreAcceptOk
+    | Nack
+    | AcceptOk
+    | AcceptInvalidateOk
+    | CommitOk
+    | Insufficient
+    | ReadOk
+    | ReadRedundant
+    | ApplyOk
+    | RecoverOk
+    | InvalidateOk
+)
+Message: TypeAlias = Request | Reply
+
+REQUEST_TYPES = (
+    PreAccept,
+    Accept,
+    AcceptInvalidate,
+    Commit,
+    Apply,
+    CommitInvalidate,
+    InformDurable,
+    BeginRecovery,
+    BeginInvalidation,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A message in flight from node ``src`` to node ``dest``."""
+
+    src: int
+    dest: int
+    body: Message
+
+
+__all__ = [
+    "REQUEST_TYPES",
+    "Accept",
+    "AcceptInvalidate",
+    "AcceptInvalidateOk",
+    "AcceptOk",
+    "Apply",
+    "ApplyOk",
+    "BeginInvalidation",
+    "BeginRecovery",
+    "Commit",
+    "CommitInvalidate",
+    "CommitOk",
+    "Envelope",
+    "InformDurable",
+    "Insufficient",
+    "InvalidateOk",
+    "Message",
+    "Nack",
+    "PreAccept",
+    "PreAcceptOk",
+    "ReadOk",
+    "ReadRedundant",
+    "RecoverOk",
+    "Reply",
+    "Request",
+]

@@ -1,0 +1,487 @@
+"""A sans-IO Accord node: one replica plus the coordinators it runs.
+
+Inputs: :meth:`Node.submit` (a client transaction), :meth:`Node.step` (a message from a
+peer), :meth:`Node.tick` (time passed), :meth:`Node.read_done` / :meth:`Node.write_done`
+(user-data work finished). Output: :meth:`Node.ready`, then :meth:`Node.advance`. The
+contract for the host is in :mod:`accord.api`.
+
+The node owns the replica's :class:`CommandStore`, a table of active coordinators keyed by
+coordination id, the hybrid logical clock, the optional reorder buffer, and the progress
+log that notices stalled transactions and recovers them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from accord.api import ClientReply, Clock, HlcFloor, JournalRecord, Ready
+from accord.coordinate.transaction import Outcome, TransactionCoordinator
+from accord.invariants import check_argument
+from accord.local.command import CommandSnapshot
+from accord.local.commands import NO_BUGS, Bugs, CommandStore
+from accord.local.effects import NeedsTxn, Refused
+from accord.messages import (
+    REQUEST_TYPES,
+    Accept,
+    AcceptInvalidate,
+    AcceptInvalidateOk,
+    AcceptOk,
+    Apply,
+    ApplyOk,
+    BeginInvalidation,
+    BeginRecovery,
+    Commit,
+    CommitInvalidate,
+    CommitOk,
+    Envelope,
+    InformDurable,
+    Insufficient,
+    InvalidateOk,
+    Message,
+    Nack,
+    PreAccept,
+    PreAcceptOk,
+    ReadOk,
+    ReadRedundant,
+    RecoverOk,
+    Reply,
+    Request,
+)
+from accord.primitives import Ballot, Key, Route, Status, Timestamp, Txn, TxnId, Value
+from accord.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Timing knobs, all in microseconds of the injected clock.
+
+    Correctness never depends on these; they trade latency against wasted work.
+    """
+
+    retry_micros: int = 200_000
+    max_attempts: int = 8
+    preaccept_timeout_micros: int = 10_000_000
+    # A home-shard replica recovers a txn idle this long; other replicas wait longer.
+    recover_delay_micros: int = 1_000_000
+    recover_delay_other_micros: int = 3_000_000
+    recover_backoff_max_micros: int = 8_000_000
+    progress_scan_micros: int = 100_000
+    client_timeout_micros: int = 10_000_000
+    reorder_buffer_micros: int = 0
+    reorder_buffer_max: int = 10_000
+    hlc_reserve_micros: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            check_argument(getattr(self, name) >= 0, "%s must not be negative", name)
+        check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
+
+
+@dataclass(slots=True)
+class _ClientRequest:
+    request_id: int
+    txn_id: TxnId
+    deadline_micros: int
+
+
+@dataclass(slots=True)
+class NodeStats:
+    submitted: int = 0
+    fast_path: int = 0
+    slow_path: int = 0
+    recoveries: int = 0
+    invalidations: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+class Node:
+    """One Accord replica and coordinator. Not thread-safe: drive it from one loop."""
+
+    def __init__(
+        self,
+        node_id: int,
+        topology: Topology,
+        clock: Clock,
+        rng: random.Random,
+        *,
+        config: NodeConfig | None = None,
+        bugs: Bugs = NO_BUGS,
+        journal: Iterable[JournalRecord] = (),
+    ) -> None:
+        check_argument(node_id in topology.nodes(), "node %d is not in the topology", node_id)
+        self.node_id = node_id
+        self.topology = topology
+        self.clock = clock
+        self.rng = rng
+        self.config = config or NodeConfig()
+        self.bugs = bugs
+        self.retry_micros = self.config.retry_micros
+        self.max_attempts = self.config.max_attempts
+        self.fast_path_deps_from_slow_quorum = bugs.fast_path_deps_from_slow_quorum
+        self.stats = NodeStats()
+        records = list(journal)
+        floor = max((r.value for r in records if isinstance(r, HlcFloor)), default=0)
+        from accord.primitives import Hlc
+
+        self.hlc = Hlc(node_id, floor=floor, reserve_micros=self.config.hlc_reserve_micros)
+        self.store = CommandStore(
+            node_id,
+            topology,
+            mint=self._mint,
+            now_micros=clock.now_micros,
+            preaccept_timeout_micros=self.config.preaccept_timeout_micros,
+            bugs=bugs,
+        )
+        # Restoring re-derives state, so there is nothing new to persist; the data work it
+        # re-issues (writes a crash interrupted; idempotent by executeAt) stays queued.
+        self.store.restore([r for r in records if isinstance(r, CommandSnapshot)])
+        self.store.persisted.clear()
+        self._ready = Ready()
+        self._next_cid = 1
+        self._coordinators: dict[int, TransactionCoordinator] = {}
+        self._coordinating: dict[TxnId, int] = {}
+        self._clients: dict[TxnId, _ClientRequest] = {}
+        self._apply_waiters: dict[TxnId, list[tuple[int, int]]] = {}
+        self._reorder: list[tuple[TxnId, int, int, PreAccept]] = []
+        self._last_scan_micros = 0
+
+    # ------------------------------------------------------------------ clock
+
+    def now(self) -> int:
+        return self.clock.now_micros()
+
+    def _mint(self, at_least: Timestamp | None) -> Timestamp:
+        hlc = self.hlc.next(self.now(), at_least)
+        floor = self.hlc.floor_to_persist()
+        if floor is not None:
+            self._ready.persist.append(HlcFloor(floor))
+        return Timestamp(self.topology.epoch, hlc, 0, self.node_id)
+
+    def new_ballot(self) -> Ballot:
+        return self._mint(None)
+
+    # ------------------------------------------------------------------ inputs
+
+    def submit(self, request_id: int, txn: Txn) -> TxnId:
+        """Coordinate ``txn``; its ClientReply appears in a later ``ready().replies``."""
+        minted = self._mint(None)
+        txn_id = minted._replace(flags=int(txn.kind))
+        home = next((k for k in txn.keys if self.topology.owns(self.node_id, k)), txn.keys[0])
+        route = Route(home, txn.keys)
+        self.stats.submitted += 1
+        self._clients[txn_id] = _ClientRequest(
+            request_id, txn_id, self.now() + self.config.client_timeout_micros
+        )
+        coordinator = self._new_coordinator(txn_id, txn, route)
+        coordinator.start()
+        return txn_id
+
+    def step(self, envelope: Envelope) -> None:
+        """Handle one message addressed to this node."""
+        check_argument(
+            envelope.dest == self.node_id,
+            "envelope for %d given to %d",
+            envelope.dest,
+            self.node_id,
+        )
+        body = envelope.body
+        if isinstance(body, PreAccept) and self.config.reorder_buffer_micros > 0:
+            self._buffer(envelope.src, body)
+        elif isinstance(body, REQUEST_TYPES):
+            self._handle(envelope.src, body)
+        else:
+            coordinator = self._coordinators.get(body.cid)
+            if coordinator is not None:
+                coordinator.on_reply(envelope.src, body)
+        self._release_reorder_buffer()
+
+    def tick(self) -> None:
+        """Let time-driven work happen: retries, the reorder buffer, the progress log."""
+        self._release_reorder_buffer()
+        for cid in list(self._coordinators):
+            coordinator = self._coordinators.get(cid)
+            if coordinator is not None:
+                coordinator.on_tick()
+        self._purge_done()
+        now = self.now()
+        if now - self._last_scan_micros >= self.config.progress_scan_micros:
+            self._last_scan_micros = now
+            self._scan_progress(now)
+            self._expire_clients(now)
+
+    def read_done(self, txn_id: TxnId, values: Mapping[Key, Value]) -> None:
+        """The data read requested by a ``DataRead`` finished."""
+        answer = tuple(sorted(values.items()))
+        for reader_node, reader_cid in self.store.read_done(txn_id):
+            self._send(reader_node, ReadOk(reader_cid, txn_id, answer))
+
+    def write_done(self, txn_id: TxnId) -> None:
+        """The data write requested by a ``DataWrite`` is durable."""
+        self.store.write_done(txn_id)
+        for src, cid in self._apply_waiters.pop(txn_id, ()):
+            self._send(src, ApplyOk(cid, txn_id))
+
+    # ------------------------------------------------------------------ outputs
+
+    def ready(self) -> Ready:
+        persisted, reads, writes = self.store.drain()
+        ready = self._ready
+        ready.persist.extend(persisted)
+        ready.reads.extend(reads)
+        ready.writes.extend(writes)
+        for txn_id, reader_node, reader_cid in self.store.read_replies:
+            command = self.store.commands[txn_id]
+            assert command.writes is not None and command.result is not None
+            self._send(
+                reader_node, ReadRedundant(reader_cid, txn_id, command.writes, command.result)
+            )
+        self.store.read_replies.clear()
+        self._answer_waiting_clients()
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        check_argument(ready is self._ready, "advance() must be given the last ready()")
+        self._ready = Ready()
+
+    # ------------------------------------------------------------------ requests
+
+    def _send(self, dest: int, body: Message) -> None:
+        self._ready.messages.append(Envelope(self.node_id, dest, body))
+
+    def send(self, dest: int, body: Request) -> None:
+        self._send(dest, body)
+
+    def _handle(self, src: int, body: Request) -> None:
+        store = self.store
+        reply: Reply | None = None
+        if isinstance(body, PreAccept):
+            out = store.preaccept(body.txn_id, body.txn, body.route)
+            reply = (
+                self._nack(body.cid, body.txn_id, out)
+                if isinstance(out, Refused)
+                else PreAcceptOk(body.cid, body.txn_id, out.witnessed_at, out.deps, out.rejected)
+            )
+        elif isinstance(body, Accept):
+            accepted = store.accept(
+                body.txn_id, body.txn, body.route, body.ballot, body.execute_at, body.deps
+            )
+            reply = (
+                self._nack(body.cid, body.txn_id, accepted)
+                if isinstance(accepted, Refused)
+                else AcceptOk(body.cid, body.txn_id, accepted.deps)
+            )
+        elif isinstance(body, AcceptInvalidate):
+            out_inv = store.accept_invalidate(body.txn_id, body.ballot)
+            reply = (
+                self._nack(body.cid, body.txn_id, out_inv)
+                if isinstance(out_inv, Refused)
+                else AcceptInvalidateOk(body.cid, body.txn_id)
+            )
+        elif isinstance(body, Commit):
+            reply = self._on_commit(src, body)
+        elif isinstance(body, Apply):
+            store.apply(
+                body.txn_id,
+                body.txn,
+                body.route,
+                body.execute_at,
+                body.deps,
+                body.writes,
+                body.result,
+            )
+            if store.commands[body.txn_id].status is Status.APPLIED:
+                reply = ApplyOk(body.cid, body.txn_id)
+            else:
+                waiters = self._apply_waiters.setdefault(body.txn_id, [])
+                if (src, body.cid) not in waiters:
+                    waiters.append((src, body.cid))
+        elif isinstance(body, CommitInvalidate):
+            store.commit_invalidate(body.txn_id)
+        elif isinstance(body, InformDurable):
+            store.mark_durable(body.txn_id)
+        elif isinstance(body, BeginRecovery):
+            view = store.begin_recovery(body.txn_id, body.txn, body.route, body.ballot)
+            reply = (
+                self._nack(body.cid, body.txn_id, view)
+                if isinstance(view, Refused)
+                else RecoverOk(body.cid, body.txn_id, *view)
+            )
+        elif isinstance(body, BeginInvalidation):
+            inv = store.begin_invalidation(body.txn_id, body.ballot)
+            reply = (
+                self._nack(body.cid, body.txn_id, inv)
+                if isinstance(inv, Refused)
+                else InvalidateOk(body.cid, body.txn_id, *inv)
+            )
+        if reply is not None:
+            self._send(src, reply)
+
+    def _on_commit(self, src: int, body: Commit) -> Reply | None:
+        out = self.store.commit(
+            body.txn_id,
+            body.execute_at,
+            body.deps,
+            stable=body.stable,
+            txn=body.txn,
+            route=body.route,
+        )
+        if isinstance(out, NeedsTxn):
+            return Insufficient(body.cid, body.txn_id)
+        if body.read:
+            state = self.store.read(body.txn_id, src, body.cid)
+            if state.writes is not None and state.result is not None:
+                return ReadRedundant(body.cid, body.txn_id, state.writes, state.result)
+        return None if body.stable else CommitOk(body.cid, body.txn_id)
+
+    @staticmethod
+    def _nack(cid: int, txn_id: TxnId, refused: Refused) -> Nack:
+        return Nack(cid, txn_id, refused.promised, refused.status)
+
+    # ------------------------------------------------------------------ reorder buffer
+
+    def _buffer(self, src: int, body: PreAccept) -> None:
+        """Hold PreAccepts until local time passes t0 + delta, then take them in t0 order
+        (CEP-15, "A reorder buffer trades waiting for timestamp order")."""
+        heapq.heappush(self._reorder, (body.txn_id, src, body.cid, body))
+        while len(self._reorder) > self.config.reorder_buffer_max:
+            _, oldest_src, _, oldest = heapq.heappop(self._reorder)
+            self._handle(oldest_src, oldest)
+
+    def _release_reorder_buffer(self) -> None:
+        if not self._reorder:
+            return
+        horizon = self.now() - self.config.reorder_buffer_micros
+        while self._reorder and self._reorder[0][0].hlc <= horizon:
+            _, src, _, body = heapq.heappop(self._reorder)
+            self._handle(src, body)
+
+    # ------------------------------------------------------------------ coordinators
+
+    def _new_coordinator(
+        self, txn_id: TxnId, txn: Txn | None, route: Route | None, ballot: Ballot | None = None
+    ) -> TransactionCoordinator:
+        cid = self._next_cid
+        self._next_cid += 1
+        coordinator = TransactionCoordinator(
+            self, cid, txn_id, txn, route, ballot=ballot or Timestamp(0, 0, 0, 0)
+        )
+        self._coordinators[cid] = coordinator
+        self._coordinating[txn_id] = cid
+        return coordinator
+
+    def finished(self, coordinator: TransactionCoordinator, outcome: Outcome) -> None:
+        if outcome is Outcome.INVALIDATED:
+            self.stats.invalidations += 1
+        request = self._clients.get(coordinator.txn_id)
+        if request is None:
+            return
+        if outcome is Outcome.APPLIED:
+            self._reply(request, "ok", coordinator.result)
+        elif outcome is Outcome.INVALIDATED:
+            self._reply(request, "invalidated", None)
+        # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
+
+    def on_fast_path(self, fast: bool) -> None:
+        if fast:
+            self.stats.fast_path += 1
+        else:
+            self.stats.slow_path += 1
+
+    def _purge_done(self) -> None:
+        from accord.coordinate.transaction import Phase
+
+        for cid in [c for c, co in self._coordinators.items() if co.phase is Phase.DONE]:
+            coordinator = self._coordinators.pop(cid)
+            if self._coordinating.get(coordinator.txn_id) == cid:
+                del self._coordinating[coordinator.txn_id]
+            if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
+                self._learn(coordinator)
+
+    def _learn(self, coordinator: TransactionCoordinator) -> None:
+        """An invalidation attempt found replicas that know the txn: adopt its definition
+        so the progress log can run a full recovery."""
+        for node in sorted(coordinator.invalidations):
+            seen = coordinator.invalidations[node]
+            if seen.txn is not None and seen.route is not None:
+                self.store.learn(coordinator.txn_id, seen.txn, seen.route)
+                return
+
+    # ------------------------------------------------------------------ clients
+
+    def _reply(self, request: _ClientRequest, outcome: str, result: object) -> None:
+        from accord.primitives import TxnResult
+
+        del self._clients[request.txn_id]
+        self.stats.by_outcome[outcome] = self.stats.by_outcome.get(outcome, 0) + 1
+        self._ready.replies.append(
+            ClientReply(
+                request.request_id,
+                request.txn_id,
+                outcome,
+                result if isinstance(result, TxnResult) else None,
+            )
+        )
+
+    def _answer_waiting_clients(self) -> None:
+        changed = self.store.changed
+        if not changed:
+            return
+        self.store.changed = {}
+        for txn_id in changed:
+            request = self._clients.get(txn_id)
+            if request is None or txn_id in self._coordinating:
+                continue
+            command = self.store.commands[txn_id]
+            if command.status is Status.INVALIDATED:
+                self._reply(request, "invalidated", None)
+            elif command.status >= Status.PRE_APPLIED and command.result is not None:
+                self._reply(request, "ok", command.result)
+
+    def _expire_clients(self, now: int) -> None:
+        for txn_id in [t for t, r in self._clients.items() if r.deadline_micros <= now]:
+            self._reply(self._clients[txn_id], "unknown", None)
+
+    # ------------------------------------------------------------------ progress log
+
+    def _scan_progress(self, now: int) -> None:
+        """Recover transactions that made no progress for a while (reference: Accord
+        ``ProgressLog``): home-shard replicas act first, others later, with backoff."""
+        config = self.config
+        for command in list(self.store.active()):
+            if command.txn_id in self._coordinating:
+                continue
+            home = command.route is not None and self.store.owns(command.route.home_key)
+            delay = config.recover_delay_micros if home else config.recover_delay_other_micros
+            delay = min(
+                delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
+            )
+            delay += self.rng.randrange(max(1, delay // 2))
+            if now - command.last_progress_micros < delay:
+                continue
+            if command.txn is not None and command.route is not None:
+                command.recovery_attempts += 1
+                command.last_progress_micros = now
+                self.stats.recoveries += 1
+                self._new_coordinator(
+                    command.txn_id, command.txn, command.route, self.new_ballot()
+                ).start_recovery()
+            elif command.key_hint is not None and self.store.is_blocking(command.txn_id):
+                command.recovery_attempts += 1
+                command.last_progress_micros = now
+                self._new_coordinator(
+                    command.txn_id, None, None, self.new_ballot()
+                ).start_invalidation(command.key_hint)
+
+    # ------------------------------------------------------------------ introspection
+
+    def coordinator_count(self) -> int:
+        return len(self._coordinators)
+
+    def pending_clients(self) -> int:
+        return len(self._clients)

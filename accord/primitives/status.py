@@ -1,0 +1,39 @@
+"""A replica's knowledge of one transaction, in the order knowledge only grows.
+
+``ACCEPTED_INVALIDATE`` and ``ACCEPTED`` are the proposal phase: between them the accepted
+ballot, not this order, decides which proposal is current. Everything from ``COMMITTED``
+on is decided and never changes its executeAt; ``INVALIDATED`` is terminal.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.IntEnum):
+    NOT_DEFINED = 0
+    PRE_ACCEPTED = 10
+    ACCEPTED_INVALIDATE = 20
+    ACCEPTED = 30
+    COMMITTED = 40
+    STABLE = 50
+    PRE_APPLIED = 60
+    APPLIED = 70
+    INVALIDATED = 90
+
+    @property
+    def is_decided(self) -> bool:
+        """executeAt (or invalidation) is final."""
+        return self >= Status.COMMITTED
+
+    @property
+    def has_execute_at(self) -> bool:
+        return Status.COMMITTED <= self <= Status.APPLIED
+
+    @property
+    def is_proposal(self) -> bool:
+        return self in (Status.ACCEPTED, Status.ACCEPTED_INVALIDATE)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (Status.APPLIED, Status.INVALIDATED)

@@ -1,0 +1,398 @@
+"""A deterministic discrete-event cluster of sans-IO nodes.
+
+Everything runs on one virtual timeline in microseconds, driven by a heap of events
+ordered by ``(time, sequence)``. All randomness comes from one seeded ``random.Random``,
+so a seed reproduces a run exactly; :attr:`Cluster.digest` summarises the trace so two
+runs of one seed can be compared (reconcile mode).
+
+Faults: per-link latency with occasional long delays (which reorder messages), drops,
+duplicates, symmetric and asymmetric partitions, crash and restart from the journal
+(state not yet handed to the journal is lost; the data store, standing in for Cassandra,
+survives), and per-node clock offset and drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accord.api import ClientReply, HlcFloor, JournalRecord, Ready
+from accord.local.command import CommandSnapshot
+from accord.local.commands import NO_BUGS, Bugs
+from accord.local.effects import DataRead, DataWrite
+from accord.messages import Envelope
+from accord.node import Node, NodeConfig
+from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
+from accord.topology import Topology
+
+TICK_MICROS = 10_000
+DATA_OP_MICROS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    drops: bool = False
+    duplicates: bool = False
+    partitions: bool = False
+    crashes: bool = False
+    skew: bool = False
+
+    @staticmethod
+    def parse(spec: str) -> Faults:
+        names = {"drops", "duplicates", "partitions", "crashes", "skew"}
+        if spec == "none":
+            return Faults()
+        if spec == "all":
+            return Faults(**dict.fromkeys(names, True))
+        chosen = {part.strip() for part in spec.split(",") if part.strip()}
+        unknown = sorted(chosen - names)
+        if unknown:
+            raise ValueError(
+                f"unknown fault(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(sorted(names))}, all, none"
+            )
+        return Faults(**dict.fromkeys(chosen, True))
+
+    def any(self) -> bool:
+        return self.drops or self.duplicates or self.partitions or self.crashes or self.skew
+
+
+class SimClock:
+    """A node's physical clock: global virtual time with a fixed offset and a drift."""
+
+    __slots__ = ("cluster", "drift_ppm", "offset_micros")
+
+    def __init__(self, cluster: Cluster, offset_micros: int, drift_ppm: int) -> None:
+        self.cluster = cluster
+        self.offset_micros = offset_micros
+        self.drift_ppm = drift_ppm
+
+    def now_micros(self) -> int:
+        now = self.cluster.now
+        return now + self.offset_micros + now * self.drift_ppm // 1_000_000
+
+
+class SimDataStore:
+    """Last-write-wins by executeAt, like Cassandra with ``USING TIMESTAMP``; survives crashes."""
+
+    __slots__ = ("cells",)
+
+    def __init__(self) -> None:
+        self.cells: dict[Key, tuple[Timestamp, Value]] = {}
+
+    def read(self, keys: tuple[Key, ...]) -> dict[Key, Value]:
+        return {k: self.cells[k][1] if k in self.cells else None for k in keys}
+
+    def write(self, writes: tuple[WriteOp, ...], execute_at: Timestamp) -> None:
+        for write in writes:
+            current = self.cells.get(write.key)
+            if current is None or current[0] < execute_at:
+                self.cells[write.key] = (execute_at, None if write.delete else write.value)
+
+
+@dataclass(slots=True)
+class NetworkStats:
+    sent: int = 0
+    delivered: int = 0
+    dropped: int = 0
+    duplicated: int = 0
+
+
+@dataclass(slots=True)
+class _NodeSlot:
+    node: Node | None
+    clock: SimClock
+    journal: dict[TxnId, CommandSnapshot] = field(default_factory=dict)
+    hlc_floor: int = 0
+    incarnation: int = 0
+    data_busy_until: int = 0
+    crashes: int = 0
+
+
+ReplyHandler = Callable[[int, ClientReply], None]
+
+
+class Cluster:
+    """Nodes, the network between them, and the fault schedule."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        seed: int,
+        *,
+        faults: Faults = Faults(),
+        config: NodeConfig | None = None,
+        bugs: Bugs = NO_BUGS,
+        on_reply: ReplyHandler | None = None,
+    ) -> None:
+        self.topology = topology
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.faults = faults
+        self.config = config or NodeConfig()
+        self.bugs = bugs
+        self.on_reply = on_reply
+        self.now = 0
+        self._seq = 0
+        self._queue: list[tuple[int, int, str, Any]] = []
+        self.network = NetworkStats()
+        self.blocked: set[tuple[int, int]] = set()
+        self.stores: dict[int, SimDataStore] = {}
+        self.slots: dict[int, _NodeSlot] = {}
+        self._digest = hashlib.blake2b(digest_size=16)
+        self.faults_active = faults.any()
+        for node_id in topology.nodes():
+            offset, drift = 0, 0
+            if faults.skew:
+                offset = self.rng.randrange(-50_000, 50_001)
+                drift = self.rng.randrange(-200, 201)
+            clock = SimClock(self, offset, drift)
+            self.slots[node_id] = _NodeSlot(None, clock)
+            self.stores[node_id] = SimDataStore()
+            self._start(node_id)
+            self._schedule(self.rng.randrange(TICK_MICROS), "tick", (node_id, 0))
+
+    # ------------------------------------------------------------------ events
+
+    def _schedule(self, delay: int, kind: str, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (self.now + delay, self._seq, kind, payload))
+
+    def schedule_call(self, delay: int, callback: Callable[[], None]) -> None:
+        self._schedule(delay, "call", callback)
+
+    def run_until(self, stop: Callable[[], bool], *, deadline_micros: int) -> bool:
+        """Process events until ``stop()`` holds (True) or time passes the deadline (False)."""
+        queue = self._queue
+        while queue:
+            if stop():
+                return True
+            if queue[0][0] > deadline_micros:
+                break
+            time, _, kind, payload = heapq.heappop(queue)
+            self.now = time
+            self._dispatch(kind, payload)
+        return stop()
+
+    def _dispatch(self, kind: str, payload: Any) -> None:
+        if kind == "deliver":
+            self._deliver(payload)
+        elif kind == "tick":
+            node_id, incarnation = payload
+            slot = self.slots[node_id]
+            if slot.node is not None and slot.incarnation == incarnation:
+                slot.node.tick()
+                self._flush(node_id)
+                self._schedule(TICK_MICROS, "tick", payload)
+        elif kind == "data":
+            self._data_done(*payload)
+        elif kind == "call":
+            payload()
+        elif kind == "restart":
+            self.restart(payload)
+        elif kind == "heal":
+            self.blocked.discard(payload)
+
+    # ------------------------------------------------------------------ node lifecycle
+
+    def _start(self, node_id: int) -> None:
+        slot = self.slots[node_id]
+        records: list[JournalRecord] = [HlcFloor(slot.hlc_floor), *slot.journal.values()]
+        node_rng = random.Random(self.seed * 1_000_003 + node_id * 7919 + slot.incarnation)
+        slot.node = Node(
+            node_id,
+            self.topology,
+            slot.clock,
+            node_rng,
+            config=self.config,
+            bugs=self.bugs,
+            journal=records,
+        )
+        self._flush(node_id)
+
+    def node(self, node_id: int) -> Node | None:
+        return self.slots[node_id].node
+
+    def live_nodes(self) -> list[int]:
+        return [n for n, s in self.slots.items() if s.node is not None]
+
+    def crash(self, node_id: int, *, down_micros: int) -> None:
+        """Lose everything not yet in the journal; come back after ``down_micros``."""
+        slot = self.slots[node_id]
+        if slot.node is None:
+            return
+        slot.node = None
+        slot.incarnation += 1
+        slot.crashes += 1
+        self._note("crash", node_id)
+        self._schedule(down_micros, "restart", node_id)
+
+    def restart(self, node_id: int) -> None:
+        slot = self.slots[node_id]
+        if slot.node is not None:
+            return
+        self._note("restart", node_id)
+        self._start(node_id)
+        self._schedule(self.rng.randrange(TICK_MICROS), "tick", (node_id, slot.incarnation))
+
+    # ------------------------------------------------------------------ clients
+
+    def submit(self, node_id: int, request_id: int, txn: Any) -> bool:
+        node = self.slots[node_id].node
+        if node is None:
+            return False
+        node.submit(request_id, txn)
+        self._flush(node_id)
+        return True
+
+    # ------------------------------------------------------------------ the shell loop
+
+    def _flush(self, node_id: int) -> None:
+        slot = self.slots[node_id]
+        node = slot.node
+        if node is None:
+            return
+        ready = node.ready()
+        if ready.is_empty():
+            node.advance(ready)
+            return
+        self._persist(slot, ready)
+        for envelope in ready.messages:
+            self._send(envelope)
+        for reply in ready.replies:
+            if self.on_reply is not None:
+                self.on_reply(node_id, reply)
+        for op in (*ready.reads, *ready.writes):
+            start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
+            slot.data_busy_until = start
+            self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
+        node.advance(ready)
+
+    @staticmethod
+    def _persist(slot: _NodeSlot, ready: Ready) -> None:
+        for record in ready.persist:
+            if isinstance(record, HlcFloor):
+                slot.hlc_floor = max(slot.hlc_floor, record.value)
+            else:
+                slot.journal[record.txn_id] = record
+
+    def _data_done(self, node_id: int, incarnation: int, op: DataRead | DataWrite) -> None:
+        slot = self.slots[node_id]
+        store = self.stores[node_id]
+        if isinstance(op, DataWrite):
+            # The write reaches the store even if the node crashed meanwhile: it was issued.
+            store.write(op.writes, op.execute_at)
+        if slot.node is None or slot.incarnation != incarnation:
+            return
+        if isinstance(op, DataRead):
+            slot.node.read_done(op.txn_id, store.read(op.keys))
+        else:
+            slot.node.write_done(op.txn_id)
+        self._flush(node_id)
+
+    # ------------------------------------------------------------------ network
+
+    def _latency(self) -> int:
+        roll = self.rng.random()
+        if self.faults_active and roll < 0.02:
+            return self.rng.randrange(20_000, 400_000)
+        return self.rng.randrange(500, 5_000)
+
+    def _send(self, envelope: Envelope) -> None:
+        self.network.sent += 1
+        if envelope.src == envelope.dest:
+            self._schedule(0, "deliver", envelope)
+            return
+        if self.faults_active:
+            if self.faults.drops and self.rng.random() < 0.02:
+                self.network.dropped += 1
+                return
+            if self.faults.duplicates and self.rng.random() < 0.01:
+                self.network.duplicated += 1
+                self._schedule(self._latency(), "deliver", envelope)
+        self._schedule(self._latency(), "deliver", envelope)
+
+    def _deliver(self, envelope: Envelope) -> None:
+        if (envelope.src, envelope.dest) in self.blocked:
+            self.network.dropped += 1
+            return
+        slot = self.slots[envelope.dest]
+        if slot.node is None:
+            self.network.dropped += 1
+            return
+        self.network.delivered += 1
+        body = envelope.body
+        self._digest.update(
+            b"%d %d %d %s %s"
+            % (
+                self.now,
+                envelope.src,
+                envelope.dest,
+                type(body).__name__.encode(),
+                str(body.txn_id).encode(),
+            )
+        )
+        slot.node.step(envelope)
+        self._flush(envelope.dest)
+
+    def partition(self, blocked: set[tuple[int, int]], *, heal_after_micros: int) -> None:
+        for link in sorted(blocked):
+            self.blocked.add(link)
+            self._schedule(heal_after_micros, "heal", link)
+        self._note("partition", len(blocked))
+
+    def heal(self) -> None:
+        self.blocked.clear()
+        self.faults_active = False
+        for node_id in sorted(self.slots):
+            self.restart(node_id)
+
+    def _note(self, what: str, detail: int) -> None:
+        self._digest.update(f"{self.now} {what} {detail}".encode())
+
+    @property
+    def digest(self) -> str:
+        return self._digest.hexdigest()
+
+    # ------------------------------------------------------------------ convergence
+
+    def unfinished(self) -> list[tuple[int, TxnId, Status]]:
+        """Commands that some live replica knows and has not finished (Applied/Invalidated)."""
+        stuck = []
+        for node_id in sorted(self.slots):
+            node = self.slots[node_id].node
+            if node is None:
+                continue
+            for command in node.store.active():
+                if (
+                    command.txn is None
+                    and command.status is Status.NOT_DEFINED
+                    and not node.store.is_blocking(command.txn_id)
+                ):
+                    # Only a promise or a stale reference: no replica work depends on it.
+                    continue
+                stuck.append((node_id, command.txn_id, command.status))
+        return stuck
+
+    def divergent_keys(self) -> list[Key]:
+        """Keys whose replicas hold different values."""
+        bad = []
+        keys: set[Key] = set()
+        for store in self.stores.values():
+            keys.update(store.cells)
+        for key in sorted(keys):
+            replicas = self.topology.shard_for(key).replicas
+            seen = {repr(self.stores[n].cells.get(key, (TIMESTAMP_MIN, None))) for n in replicas}
+            if len(seen) > 1:
+                bad.append(key)
+        return bad
+
+    def preload(self, values: Mapping[Key, Value]) -> None:
+        """Initial data, present on every replica before any transaction."""
+        for key, value in values.items():
+            for node_id in self.topology.shard_for(key).replicas:
+                self.stores[node_id].cells[key] = (TIMESTAMP_MIN, value)
