@@ -453,6 +453,26 @@ class Node:
         """Recover transactions that made no progress for a while (reference: Accord
         ``ProgressLog``): home-shard replicas act first, others later, with backoff."""
         config = self.config
+        for command in self.store.undurable():
+            if command.txn_id in self._coordinating:
+                continue
+            delay = min(
+                config.recover_delay_micros << min(command.recovery_attempts, 6),
+                config.recover_backoff_max_micros,
+            )
+            if now - command.last_progress_micros < delay + self.rng.randrange(max(1, delay // 2)):
+                continue
+            assert (
+                command.execute_at is not None
+                and command.writes is not None
+                and command.result is not None
+            )
+            command.recovery_attempts += 1
+            command.last_progress_micros = now
+            coordinator = self._new_coordinator(command.txn_id, command.txn, command.route)
+            coordinator.start_persist(
+                command.execute_at, command.deps, command.writes, command.result
+            )
         for command in list(self.store.active()):
             if command.txn_id in self._coordinating:
                 continue

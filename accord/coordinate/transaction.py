@@ -177,6 +177,14 @@ class TransactionCoordinator:
         body = BeginRecovery(self.cid, self.txn_id, self.txn, self.route, self.ballot)
         self._broadcast(Phase.RECOVER, body, self.nodes)
 
+    def start_persist(
+        self, execute_at: Timestamp, deps: Deps, writes: tuple[WriteOp, ...], result: TxnResult
+    ) -> None:
+        """Re-send the known outcome to every replica until all have applied it."""
+        self.execute_at = execute_at
+        self.deps = deps
+        self._persist(writes, result)
+
     def start_invalidation(self, key: Key) -> None:
         """Invalidate a txn known only by id, through the shard that owns ``key``."""
         shard = self.host.topology.shard_for(key)

@@ -65,6 +65,7 @@ class Command:
     writing: bool = False
     indexed: bool = False
     pruned: bool = False
+    durable: bool = False
     last_progress_micros: int = 0
     recovery_attempts: int = 0
     # For a txn known only as a dependency: a key through which it conflicts, naming the

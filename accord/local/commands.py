@@ -100,6 +100,9 @@ class CommandStore:
         self._listeners: dict[TxnId, dict[TxnId, None]] = {}
         # Commands not yet Applied or Invalidated, for the progress log to scan.
         self._active: dict[TxnId, Command] = {}
+        # Applied here, home shard here, not yet known to be applied by every replica: the
+        # progress log re-sends Apply until it is, so no replica is left behind.
+        self._undurable: dict[TxnId, Command] = {}
         self._owned_cache: dict[Key, bool] = {}
         self.persisted: list[CommandSnapshot] = []
         self.data_reads: list[DataRead] = []
@@ -131,6 +134,9 @@ class CommandStore:
 
     def active(self) -> list[Command]:
         return list(self._active.values())
+
+    def undurable(self) -> list[Command]:
+        return list(self._undurable.values())
 
     def is_blocking(self, txn_id: TxnId) -> bool:
         """Whether some command here waits on ``txn_id``."""
@@ -609,6 +615,10 @@ class CommandStore:
         command.waiting_on = None
         self._persist(command)
         self._notify(command)
+        if command.durable:
+            self.mark_durable(txn_id)
+        elif command.route is not None and self.owns(command.route.home_key):
+            self._undurable[txn_id] = command
 
     # ------------------------------------------------------------------ Durability / GC
 
@@ -620,7 +630,11 @@ class CommandStore:
         The command record itself is kept: recovery may still ask about it.
         """
         command = self.commands.get(txn_id)
-        if command is None or command.status is not Status.APPLIED or command.pruned:
+        if command is None:
+            return
+        command.durable = True
+        self._undurable.pop(txn_id, None)
+        if command.status is not Status.APPLIED or command.pruned:
             return
         assert command.txn is not None and command.execute_at is not None
         command.pruned = True
@@ -655,6 +669,13 @@ class CommandStore:
             command = self.commands[txn_id]
             if command.status in (Status.STABLE, Status.PRE_APPLIED):
                 self._start_waiting(command)
+            elif (
+                command.status is Status.APPLIED
+                and command.route
+                and self.owns(command.route.home_key)
+            ):
+                # Whether every replica applied it was not journaled: find out again.
+                self._undurable[txn_id] = command
 
     def drain(self) -> tuple[list[CommandSnapshot], list[DataRead], list[DataWrite]]:
         persisted, self.persisted = self.persisted, []

@@ -25,7 +25,7 @@ from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import Envelope
-from accord.node import Node, NodeConfig
+from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
 from accord.topology import Topology
 
@@ -145,6 +145,7 @@ class Cluster:
         self.slots: dict[int, _NodeSlot] = {}
         self._digest = hashlib.blake2b(digest_size=16)
         self.faults_active = faults.any()
+        self.retired = NodeStats()
         for node_id in topology.nodes():
             offset, drift = 0, 0
             if faults.skew:
@@ -214,6 +215,28 @@ class Cluster:
         )
         self._flush(node_id)
 
+    def _retire(self, stats: NodeStats) -> None:
+        retired = self.retired
+        retired.submitted += stats.submitted
+        retired.fast_path += stats.fast_path
+        retired.slow_path += stats.slow_path
+        retired.recoveries += stats.recoveries
+        retired.invalidations += stats.invalidations
+
+    def total_stats(self) -> NodeStats:
+        """Counters summed over every node and every incarnation of it."""
+        total = NodeStats()
+        for stats in [
+            self.retired,
+            *(s.node.stats for s in self.slots.values() if s.node is not None),
+        ]:
+            total.submitted += stats.submitted
+            total.fast_path += stats.fast_path
+            total.slow_path += stats.slow_path
+            total.recoveries += stats.recoveries
+            total.invalidations += stats.invalidations
+        return total
+
     def node(self, node_id: int) -> Node | None:
         return self.slots[node_id].node
 
@@ -225,6 +248,7 @@ class Cluster:
         slot = self.slots[node_id]
         if slot.node is None:
             return
+        self._retire(slot.node.stats)
         slot.node = None
         slot.incarnation += 1
         slot.crashes += 1
