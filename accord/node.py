@@ -123,7 +123,7 @@ class Node:
         self.bugs = bugs
         self.retry_micros = self.config.retry_micros
         self.max_attempts = self.config.max_attempts
-        self.fast_path_deps_from_slow_quorum = bugs.fast_path_deps_from_slow_quorum
+        self.fast_quorum_is_slow_quorum = bugs.fast_quorum_is_slow_quorum
         self.stats = NodeStats()
         records = list(journal)
         floor = max((r.value for r in records if isinstance(r, HlcFloor)), default=0)

@@ -68,10 +68,12 @@ class FastPathTracker(QuorumTracker):
     (reference: Accord ``FastPathTracker``; accord.md pitfall 3).
     """
 
-    __slots__ = ("fast_rejects", "fast_votes")
+    __slots__ = ("fast_rejects", "fast_votes", "slow_quorum_suffices")
 
-    def __init__(self, shards: tuple[Shard, ...]) -> None:
+    def __init__(self, shards: tuple[Shard, ...], *, slow_quorum_suffices: bool = False) -> None:
         super().__init__(shards)
+        # Only for the burn test's deliberately broken variant (pitfall 3: wrong fq).
+        self.slow_quorum_suffices = slow_quorum_suffices
         self.fast_votes: list[set[int]] = [set() for _ in shards]
         self.fast_rejects: list[set[int]] = [set() for _ in shards]
 
@@ -89,7 +91,7 @@ class FastPathTracker(QuorumTracker):
 
     def fast_path_succeeded(self) -> bool:
         return all(
-            len(votes) >= shard.fast_quorum
+            len(votes) >= (shard.slow_quorum if self.slow_quorum_suffices else shard.fast_quorum)
             for votes, shard in zip(self.fast_votes, self.shards, strict=True)
         )
 

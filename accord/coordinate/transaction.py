@@ -89,7 +89,7 @@ class Host(Protocol):
     rng: random.Random
     retry_micros: int
     max_attempts: int
-    fast_path_deps_from_slow_quorum: bool
+    fast_quorum_is_slow_quorum: bool
 
     def now(self) -> int: ...
 
@@ -166,7 +166,9 @@ class TransactionCoordinator:
 
     def start(self) -> None:
         assert self.txn is not None and self.route is not None
-        self.fast = FastPathTracker(self.shards)
+        self.fast = FastPathTracker(
+            self.shards, slow_quorum_suffices=self.host.fast_quorum_is_slow_quorum
+        )
         self._broadcast(
             Phase.PREACCEPT, PreAccept(self.cid, self.txn_id, self.txn, self.route), self.nodes
         )
@@ -314,8 +316,6 @@ class TransactionCoordinator:
         assert fast is not None
         if fast.fast_path_succeeded() and not any(r.rejected for r in self.preaccepts.values()):
             voters = fast.fast_voters()
-            if self.host.fast_path_deps_from_slow_quorum:
-                voters = set(sorted(self.preaccepts)[: max(s.slow_quorum for s in self.shards)])
             deps = EMPTY_DEPS.merge(*(self.preaccepts[n].deps for n in sorted(voters)))
             self.fast_path = True
             self.host.on_fast_path(True)

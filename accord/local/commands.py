@@ -64,7 +64,8 @@ class Bugs:
     """
 
     execute_without_waiting: bool = False
-    fast_path_deps_from_slow_quorum: bool = False
+    fast_quorum_is_slow_quorum: bool = False
+    deps_omit_uncommitted: bool = False
     recovery_ignores_earlier_accepted: bool = False
     forget_promise_on_restart: bool = False
     fast_vote_ignores_conflicts: bool = False
@@ -206,7 +207,10 @@ class CommandStore:
                 other
                 for index in state.conflicting(kind)
                 for other, command in index.items()
-                if other < below and other != txn_id and command.status is not Status.INVALIDATED
+                if other < below
+                and other != txn_id
+                and command.status is not Status.INVALIDATED
+                and (command.status.is_decided or not self.bugs.deps_omit_uncommitted)
             ]
             if found:
                 by_key[key] = found

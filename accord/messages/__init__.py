@@ -257,6 +257,19 @@ Reply: TypeAlias = (
 )
 Message: TypeAlias = Request | Reply
 
+REPLY_TYPES = (
+    PreAcceptOk,
+    Nack,
+    AcceptOk,
+    AcceptInvalidateOk,
+    CommitOk,
+    Insufficient,
+    ReadOk,
+    ReadRedundant,
+    ApplyOk,
+    RecoverOk,
+    InvalidateOk,
+)
 REQUEST_TYPES = (
     PreAccept,
     Accept,
@@ -280,6 +293,7 @@ class Envelope:
 
 
 __all__ = [
+    "REPLY_TYPES",
     "REQUEST_TYPES",
     "Accept",
     "AcceptInvalidate",

@@ -13,7 +13,6 @@ survives), and per-node clock offset and drift.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import random
 from collections.abc import Callable, Mapping
@@ -24,12 +23,16 @@ from accord.api import ClientReply, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
-from accord.messages import Envelope
+from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
 from accord.topology import Topology
 
 TICK_MICROS = 10_000
+_TYPE_CODES = {
+    t: i for i, t in enumerate(sorted((*REQUEST_TYPES, *REPLY_TYPES), key=lambda t: t.__name__))
+}
+_EVENT_CODES = {"crash": 1, "restart": 2, "partition": 3}
 DATA_OP_MICROS = 50
 
 
@@ -143,7 +146,7 @@ class Cluster:
         self.blocked: set[tuple[int, int]] = set()
         self.stores: dict[int, SimDataStore] = {}
         self.slots: dict[int, _NodeSlot] = {}
-        self._digest = hashlib.blake2b(digest_size=16)
+        self._trace = 0
         self.faults_active = faults.any()
         self.retired = NodeStats()
         for node_id in topology.nodes():
@@ -350,14 +353,16 @@ class Cluster:
             return
         self.network.delivered += 1
         body = envelope.body
-        self._digest.update(
-            b"%d %d %d %s %s"
-            % (
+        # Tuples of ints hash the same in every process (only str/bytes hashing is salted),
+        # so this rolling hash is a cheap, reproducible trace digest.
+        self._trace = hash(
+            (
+                self._trace,
                 self.now,
                 envelope.src,
                 envelope.dest,
-                type(body).__name__.encode(),
-                str(body.txn_id).encode(),
+                _TYPE_CODES[type(body)],
+                body.txn_id,
             )
         )
         slot.node.step(envelope)
@@ -376,11 +381,11 @@ class Cluster:
             self.restart(node_id)
 
     def _note(self, what: str, detail: int) -> None:
-        self._digest.update(f"{self.now} {what} {detail}".encode())
+        self._trace = hash((self._trace, self.now, _EVENT_CODES[what], detail))
 
     @property
     def digest(self) -> str:
-        return self._digest.hexdigest()
+        return f"{self._trace & 0xFFFFFFFFFFFFFFFF:016x}"
 
     # ------------------------------------------------------------------ convergence
 
