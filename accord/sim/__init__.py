@@ -1,0 +1,1 @@
+"""Deterministic cluster simulation and history checking for the Accord protocol."""
