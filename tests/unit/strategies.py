@@ -1,0 +1,300 @@
+"""Hypothesis strategies for Accord's values, messages and journal records.
+
+Reusable by any test: ``from strategies import messages, txns, ...`` (pytest puts this
+directory on ``sys.path``). Strategies that take ``keys`` or ``timestamps`` let a caller
+narrow the domain to force collisions (same key, equal timestamps); the defaults cover the
+whole wire range, including the signed 64-bit bounds.
+
+:func:`identical` compares two values by type as well as by ``==``, which a round-trip test
+needs: ``True == 1``, ``Status.APPLIED == 70`` and ``Key(1, "a") == (1, "a")`` in Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from accord.api import HlcFloor
+from accord.local.command import CommandSnapshot
+from accord.messages import (
+    Accept,
+    AcceptInvalidate,
+    AcceptInvalidateOk,
+    AcceptOk,
+    Apply,
+    ApplyOk,
+    BeginInvalidation,
+    BeginRecovery,
+    Commit,
+    CommitInvalidate,
+    CommitOk,
+    Envelope,
+    InformDurable,
+    Insufficient,
+    InvalidateOk,
+    Message,
+    Nack,
+    PreAccept,
+    PreAcceptOk,
+    ReadOk,
+    ReadRedundant,
+    RecoverOk,
+)
+from accord.primitives import (
+    TOKEN_MAX,
+    TOKEN_MIN,
+    BinOp,
+    Const,
+    Delete,
+    Deps,
+    Expr,
+    Key,
+    Predicate,
+    Put,
+    ReadOf,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnResult,
+    Update,
+    Value,
+    Write,
+    WriteOp,
+)
+
+T = TypeVar("T")
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+int64s: SearchStrategy[int] = st.one_of(st.integers(-3, 3), st.integers(INT64_MIN, INT64_MAX))
+"""Signed 64-bit integers, biased towards small ones and the bounds."""
+
+
+def timestamps(*, small: bool = False) -> SearchStrategy[Timestamp]:
+    """Timestamps; ``small`` draws each field from 0..3 so that ties and equality are common."""
+    field = st.integers(0, 3) if small else st.one_of(st.integers(0, 3), int64s)
+    return st.builds(Timestamp, field, field, field, field)
+
+
+def keys(*, small: bool = False) -> SearchStrategy[Key]:
+    """Keys; ``small`` draws from six keys over three tokens (equal tokens, distinct names)."""
+    if small:
+        return st.builds(Key, st.integers(-1, 1), st.sampled_from(["a", "b"]))
+    tokens = st.one_of(st.integers(-3, 3), st.integers(TOKEN_MIN + 1, TOKEN_MAX))
+    return st.builds(Key, tokens, st.text(max_size=6))
+
+
+scalar_values: SearchStrategy[Value] = st.one_of(
+    st.none(), st.booleans(), int64s, st.text(max_size=8), st.binary(max_size=8)
+)
+
+
+def values(*, max_leaves: int = 12) -> SearchStrategy[Value]:
+    """Values: None, bool, int64, str, bytes and (nested) tuples of values."""
+    return st.recursive(
+        scalar_values, lambda inner: st.lists(inner, max_size=4).map(tuple), max_leaves=max_leaves
+    ).filter(lambda v: value_depth(v) <= 32)
+
+
+def value_depth(value: Value) -> int:
+    """How many tuples ``value`` nests (``()`` has depth 1)."""
+    if type(value) is not tuple:
+        return 0
+    return 1 + max((value_depth(v) for v in value), default=0)
+
+
+def exprs(
+    key: SearchStrategy[Key] | None = None, value: SearchStrategy[Value] | None = None
+) -> SearchStrategy[Expr]:
+    key = keys() if key is None else key
+    value = values(max_leaves=4) if value is None else value
+    leaves = st.one_of(st.builds(Const, value), st.builds(ReadOf, key, value))
+    return st.recursive(
+        leaves,
+        lambda inner: st.builds(BinOp, st.sampled_from(["+", "-", "concat"]), inner, inner),
+        max_leaves=6,
+    )
+
+
+@st.composite
+def predicates(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Predicate:
+    op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"]))
+    left = draw(exprs(key))
+    right = None if op in ("is_null", "not_null") else draw(exprs(key))
+    return Predicate(op, left, right)  # type: ignore[arg-type]
+
+
+def writes(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Write]:
+    key = keys() if key is None else key
+    return st.one_of(st.builds(Put, key, exprs(key)), st.builds(Delete, key))
+
+
+def updates(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Update]:
+    return st.builds(
+        Update,
+        st.lists(writes(key), max_size=3).map(tuple),
+        st.lists(predicates(key), max_size=2).map(tuple),
+    )
+
+
+@st.composite
+def txns(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Txn:
+    """Valid transactions: every one reads or writes at least one key."""
+    key = keys() if key is None else key
+    update = draw(st.none() | updates(key))
+    must_read = update is None or not update.writes
+    reads = draw(st.lists(key, min_size=1 if must_read else 0, max_size=3))
+    return Txn(tuple(reads), update)
+
+
+@st.composite
+def routes(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Route:
+    members = draw(st.lists(keys() if key is None else key, min_size=1, max_size=4))
+    return Route(draw(st.sampled_from(members)), tuple(members))
+
+
+def deps(
+    key: SearchStrategy[Key] | None = None, timestamp: SearchStrategy[Timestamp] | None = None
+) -> SearchStrategy[Deps]:
+    return st.dictionaries(
+        keys() if key is None else key,
+        st.lists(timestamps() if timestamp is None else timestamp, max_size=4),
+        max_size=4,
+    ).map(Deps)
+
+
+statuses: SearchStrategy[Status] = st.sampled_from(Status)
+write_ops: SearchStrategy[WriteOp] = st.builds(WriteOp, keys(), values(), st.booleans())
+reads: SearchStrategy[tuple[tuple[Key, Value], ...]] = st.lists(
+    st.tuples(keys(), values()), max_size=3
+).map(tuple)
+txn_results: SearchStrategy[TxnResult] = st.builds(
+    TxnResult, reads, st.booleans(), st.none() | st.text(max_size=12)
+)
+
+
+def _tuples(element: SearchStrategy[T]) -> SearchStrategy[tuple[T, ...]]:
+    return st.lists(element, max_size=3).map(tuple)
+
+
+def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
+    ts, cid = timestamps(), int64s
+    common = {"cid": cid, "txn_id": ts}
+    opt_writes, opt_result = st.none() | _tuples(write_ops), st.none() | txn_results
+    return {
+        PreAccept: st.builds(PreAccept, **common, txn=txns(), route=routes()),
+        Accept: st.builds(
+            Accept,
+            **common,
+            txn=txns(),
+            route=routes(),
+            ballot=ts,
+            execute_at=ts,
+            deps=deps(),
+        ),
+        AcceptInvalidate: st.builds(AcceptInvalidate, **common, ballot=ts),
+        Commit: st.builds(
+            Commit,
+            **common,
+            execute_at=ts,
+            deps=deps(),
+            stable=st.booleans(),
+            read=st.booleans(),
+            txn=st.none() | txns(),
+            route=st.none() | routes(),
+        ),
+        Apply: st.builds(
+            Apply,
+            **common,
+            txn=txns(),
+            route=routes(),
+            execute_at=ts,
+            deps=deps(),
+            writes=_tuples(write_ops),
+            result=txn_results,
+        ),
+        CommitInvalidate: st.builds(CommitInvalidate, **common),
+        InformDurable: st.builds(InformDurable, **common),
+        BeginRecovery: st.builds(BeginRecovery, **common, txn=txns(), route=routes(), ballot=ts),
+        BeginInvalidation: st.builds(BeginInvalidation, **common, ballot=ts),
+        PreAcceptOk: st.builds(
+            PreAcceptOk, **common, witnessed_at=ts, deps=deps(), rejected=st.booleans()
+        ),
+        Nack: st.builds(Nack, **common, promised=ts, status=statuses),
+        AcceptOk: st.builds(AcceptOk, **common, deps=deps()),
+        AcceptInvalidateOk: st.builds(AcceptInvalidateOk, **common),
+        CommitOk: st.builds(CommitOk, **common),
+        Insufficient: st.builds(Insufficient, **common),
+        ReadOk: st.builds(ReadOk, **common, values=reads),
+        ReadRedundant: st.builds(
+            ReadRedundant, **common, writes=_tuples(write_ops), result=txn_results
+        ),
+        ApplyOk: st.builds(ApplyOk, **common),
+        RecoverOk: st.builds(
+            RecoverOk,
+            **common,
+            status=statuses,
+            accepted=ts,
+            execute_at=st.none() | ts,
+            deps=deps(),
+            accepts_fast_path=st.booleans(),
+            rejects_fast_path=st.booleans(),
+            earlier_committed_witness=_tuples(ts),
+            earlier_accepted_no_witness=_tuples(ts),
+            writes=opt_writes,
+            result=opt_result,
+        ),
+        InvalidateOk: st.builds(
+            InvalidateOk,
+            **common,
+            status=statuses,
+            accepted=ts,
+            accepts_fast_path=st.booleans(),
+            txn=st.none() | txns(),
+            route=st.none() | routes(),
+        ),
+    }
+
+
+MESSAGE_STRATEGIES: dict[type[Any], SearchStrategy[Any]] = _message_strategies()
+"""A strategy for every message class, keyed by class."""
+
+messages: SearchStrategy[Message] = st.one_of(*MESSAGE_STRATEGIES.values())
+envelopes: SearchStrategy[Envelope] = st.builds(Envelope, int64s, int64s, messages)
+
+command_snapshots: SearchStrategy[CommandSnapshot] = st.builds(
+    CommandSnapshot,
+    txn_id=timestamps(),
+    status=statuses,
+    txn=st.none() | txns(),
+    route=st.none() | routes(),
+    promised=timestamps(),
+    accepted=timestamps(),
+    execute_at=st.none() | timestamps(),
+    deps=deps(),
+    writes=st.none() | _tuples(write_ops),
+    result=st.none() | txn_results,
+    fast_vote=st.booleans(),
+)
+hlc_floors: SearchStrategy[HlcFloor] = st.builds(HlcFloor, int64s)
+journal_records: SearchStrategy[CommandSnapshot | HlcFloor] = st.one_of(
+    command_snapshots, hlc_floors
+)
+
+
+def identical(a: object, b: object) -> bool:
+    """``a == b`` with every nested value also of exactly the same type."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Deps) and isinstance(b, Deps):
+        return identical(tuple(a.items()), tuple(b.items()))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return all(identical(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
