@@ -11,13 +11,16 @@ write it came from but nothing about the writes before it.  What *is* sound:
   itself) and then put k, T's write is the *immediate* successor of V in any
   serial order (T is atomic).  So every other txn that read V precedes T
   (``rw``), and two such T are a ``lost-update``;
+* the initial version precedes every write, so a read of the initial value
+  precedes every committed write of that key (``rw``);
 * real-time edges.
 
-Blind writes have no inferable order, so stale reads of blindly written
-registers, write skew over blind writes and G0 among blind writes are *not*
-detected; values that are not unique (several puts of the same value, or a put
-of the initial value) make reads of that value ambiguous, and ambiguous reads
-produce no edge at all.  Precision is therefore lost, never soundness.
+Blind writes have no inferable order, so a stale read of a *non-initial*
+version that a blind write overwrote, write skew over blind writes and G0
+among blind writes are *not* detected.  Values that are not unique (several
+puts of the same value, or a put of the initial value) make reads of that
+value ambiguous, and ambiguous reads produce no edge at all.  Precision is
+therefore lost, never soundness.
 """
 
 from __future__ import annotations
@@ -165,11 +168,20 @@ def _check_registers(history: History, is_initial: InitialMatcher) -> Verdict:
                 f"{key!r}; at most one of them can directly follow that version",
                 tuple(t.op_id for t in succ),
             )
-        graph.add_fanout(
-            [node_of[r.op_id] for r in versions[(key, version)]],
-            [node_of[t.op_id] for t in succ],
-            key,
-        )
+    # Which writes each version's readers must precede: the version's RMW
+    # successors (they immediately follow it); for the initial version, every
+    # committed write of the key (they all follow it).
+    writers_of: dict[str, set[int]] = {}
+    for op in committed:
+        for m in op.mops:
+            if m.kind == "put":
+                writers_of.setdefault(m.key, set()).add(node_of[op.op_id])
+    for (key, version), readers in sorted(versions.items()):
+        if version == _INITIAL:
+            later = sorted(writers_of.get(key, ()))
+        else:
+            later = [node_of[t.op_id] for t in successors.get((key, version), [])]
+        graph.add_fanout([node_of[r.op_id] for r in readers], later, key)
     graph.add_realtime([(node_of[op.op_id], op.invoked_at, op.completed_at) for op in committed])
     stats["info_committed"] = len(info_seen)
     stats["committed"] = len(committed)
