@@ -219,37 +219,58 @@ def _bfs_path(
     mask: int,
     budget: list[int],
 ) -> list[Step] | None:
-    """Shortest path start -> goal over ``mask`` edges between nodes satisfying ``inside``.
+    """Path start -> goal with the fewest *collapsed* edges, over ``mask`` edges within ``inside``.
 
-    ``budget[0]`` counts node expansions down; None when there is no path or
-    the budget ran out (the caller can tell by the sign).
+    0-1 BFS: a hop leaving an operation costs 1 and a hop leaving a virtual
+    node costs 0, so walking the real-time chain counts as the single rt edge
+    it stands for (plain BFS would prefer any data path shorter than the
+    chain, and report needlessly long cycles).  ``start == goal`` finds a
+    cycle.  ``budget[0]`` counts node expansions down; None when there is no
+    path or the budget ran out (the caller can tell by the sign).
     """
-    parent: dict[int, tuple[int, int]] = {start: (-1, 0)}
-    queue = deque([start])
+    parent: dict[int, tuple[int, int]] = {}
+    dist: dict[int, int] = {start: 0}
+    done: set[int] = set()
+    best: tuple[int, int, int] | None = None  # (cost, last hop src, kind)
+    queue: deque[tuple[int, int]] = deque([(0, start)])
     while queue:
-        u = queue.popleft()
+        du, u = queue.popleft()
+        if u in done:
+            continue
+        if best is not None and du >= best[0]:
+            break  # keys pop in nondecreasing order: nothing left can do better
+        done.add(u)
         budget[0] -= 1
         if budget[0] < 0:
             return None
+        cost = 1 if graph.is_op(u) else 0
         for v, kinds in graph.succ[u].items():
             allowed = kinds & mask
             if not allowed or not inside(v):
                 continue
+            dv = du + cost
             if v == goal:
-                # (start == goal is allowed: then this closes a cycle)
-                path: list[Step] = [(u, _pick_kind(allowed), v)]
-                node = u
-                while node != start:
-                    p, k = parent[node]
-                    path.append((p, k, node))
-                    node = p
-                path.reverse()
-                return path
-            if v in parent:
+                if best is None or dv < best[0]:
+                    best = (dv, u, _pick_kind(allowed))
                 continue
+            if v in done or dv >= dist.get(v, dv + 1):
+                continue
+            dist[v] = dv
             parent[v] = (u, _pick_kind(allowed))
-            queue.append(v)
-    return None
+            if cost:
+                queue.append((dv, v))
+            else:
+                queue.appendleft((dv, v))
+    if best is None:
+        return None
+    _, node, kind = best
+    path: list[Step] = [(node, kind, goal)]
+    while node != start:
+        p, k = parent[node]
+        path.append((p, k, node))
+        node = p
+    path.reverse()
+    return path
 
 
 def _cycle_in(graph: DepGraph, members: set[int], mask: int) -> list[Step] | None:

@@ -53,12 +53,27 @@ def _check_internal(op: Operation, out: Collector) -> None:
     """
     known: dict[str, bool] = {}
     state: dict[str, list[Hashable]] = {}
+    # Own appends not yet performed: a read that already contains one saw
+    # the future (values are unique, so nobody else could have appended it).
+    pending: dict[str, set[Hashable]] = {}
+    for m in op.mops:
+        if m.kind == "append":
+            pending.setdefault(m.key, set()).add(m.value)
     for m in op.mops:
         if m.kind == "append":
             state.setdefault(m.key, []).append(m.value)
+            pending[m.key].discard(m.value)
             continue
         obs = _as_list(m.value)
         assert obs is not None  # shape was validated before
+        early = [v for v in obs if v in pending.get(m.key, ())]
+        if early:
+            out.add(
+                "internal",
+                f"op {op.op_id} read {m.key!r} = {list(obs)}, containing its own later "
+                f"append(s) {early}",
+                (op.op_id,),
+            )
         expect = state.get(m.key, [])
         if known.get(m.key, False):
             bad = list(obs) != expect

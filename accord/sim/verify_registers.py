@@ -75,6 +75,9 @@ def _check_registers(history: History, is_initial: InitialMatcher) -> Verdict:
     out = Collector()
     stats = base_stats(history)
     writers: dict[tuple[str, Hashable], list[Operation]] = {}
+    # Keys some op wrote with a value the history does not know (an info op's write
+    # computed from its reads): a read of an otherwise unknown value may be that write.
+    unknown_writes: set[str] = set()
     final_put: dict[tuple[int, str], object] = {}
     for op in history.operations:
         for m in op.mops:
@@ -86,6 +89,8 @@ def _check_registers(history: History, is_initial: InitialMatcher) -> Verdict:
                 )
             elif not isinstance(m.value, Hashable):
                 out.add("malformed-history", f"op {op.op_id}: unhashable value", (op.op_id,))
+            elif m.kind == "put" and op.status != "ok" and _unknown(m.value):
+                unknown_writes.add(m.key)
             elif m.kind == "put":
                 ws = writers.setdefault((m.key, m.value), [])
                 if op not in ws:
@@ -107,6 +112,9 @@ def _check_registers(history: History, is_initial: InitialMatcher) -> Verdict:
         for _, key, value in external:
             ws = writers.get((key, value), [])
             initial = is_initial(key, value)
+            if not ws and not initial and key in unknown_writes:
+                ambiguous += 1  # perhaps the unknown write of an info op: infer nothing
+                continue
             if not ws:
                 if not initial:
                     out.add(
@@ -207,6 +215,11 @@ def check_registers(history: History, initial: Mapping[str, object]) -> Verdict:
     return _check_registers(history, is_initial)
 
 
+def _unknown(value: object) -> bool:
+    """A written value the history only partly knows, such as ``(None, tag)``."""
+    return value is None or (isinstance(value, tuple) and None in value)
+
+
 def _balance(value: object) -> int | None:
     """A balance from an int or a ``(balance, tag)`` tuple; None if neither."""
     if isinstance(value, tuple) and len(value) == 2:
@@ -288,7 +301,14 @@ def check_bank(
                 (op.op_id,),
             )
 
-    put_values = {(m.key, m.value) for op in history.operations for m in op.mops if m.kind == "put"}
+    # Tags of every write, including writes whose balance the history does not know: a
+    # value carrying one of them is that write's, never the initial state.
+    put_tags = {
+        (m.key, m.value[1])
+        for op in history.operations
+        for m in op.mops
+        if m.kind == "put" and isinstance(m.value, tuple) and len(m.value) == 2
+    }
 
     def is_initial(key: str, value: object) -> bool:
         if key not in initial:
@@ -299,7 +319,7 @@ def check_bank(
             isinstance(value, tuple)
             and len(value) == 2
             and value[0] == initial[key]
-            and (key, value) not in put_values
+            and (key, value[1]) not in put_tags
         )
 
     registers = _check_registers(history, is_initial)

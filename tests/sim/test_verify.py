@@ -242,6 +242,11 @@ def test_internal_repeated_reads_disagree() -> None:
     assert "internal" in names(v)
 
 
+def test_internal_read_of_own_future_append() -> None:
+    v = check_list_append(hist(op(1, [r("x", (1,)), app("x", 1)], 0)))
+    assert_only(v, "internal")
+
+
 def test_internal_fine_when_consistent() -> None:
     v = check_list_append(
         hist(
@@ -1066,3 +1071,8 @@ def test_scale_20000_ops_with_one_stale_read() -> None:
     v = check_list_append(History((*h.operations, stale)))
     assert not v.valid
     assert names(v) == {"G-single-realtime"}, v.summary()
+    # The explanation is the short cycle (stale read -rw-> overwriting
+    # append -rt-> stale read), not some long detour through the history.
+    (a,) = v.anomalies
+    assert len(a.cycle) == 2, v.summary()
+    assert a.cycle[0].src == stale.op_id or a.cycle[1].src == stale.op_id
