@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import logging
 import random
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -143,6 +144,7 @@ class Node:
         self.store.restore([r for r in records if isinstance(r, CommandSnapshot)])
         self.store.persisted.clear()
         self._ready = Ready()
+        self._local: deque[Message] = deque()
         self._next_cid = 1
         self._coordinators: dict[int, TransactionCoordinator] = {}
         self._coordinating: dict[TxnId, int] = {}
@@ -190,16 +192,18 @@ class Node:
             envelope.dest,
             self.node_id,
         )
-        body = envelope.body
+        self._dispatch(envelope.src, envelope.body)
+        self._release_reorder_buffer()
+
+    def _dispatch(self, src: int, body: Message) -> None:
         if isinstance(body, PreAccept) and self.config.reorder_buffer_micros > 0:
-            self._buffer(envelope.src, body)
+            self._buffer(src, body)
         elif isinstance(body, REQUEST_TYPES):
-            self._handle(envelope.src, body)
+            self._handle(src, body)
         else:
             coordinator = self._coordinators.get(body.cid)
             if coordinator is not None:
-                coordinator.on_reply(envelope.src, body)
-        self._release_reorder_buffer()
+                coordinator.on_reply(src, body)
 
     def tick(self) -> None:
         """Let time-driven work happen: retries, the reorder buffer, the progress log."""
@@ -229,21 +233,46 @@ class Node:
 
     # ------------------------------------------------------------------ outputs
 
+    def has_ready(self) -> bool:
+        """Whether ``ready()`` would return anything: lets a host skip empty rounds."""
+        store = self.store
+        return bool(
+            self._local
+            or not self._ready.is_empty()
+            or store.persisted
+            or store.data_reads
+            or store.data_writes
+            or store.read_replies
+            or store.changed
+        )
+
     def ready(self) -> Ready:
+        while True:
+            self._drain_local()
+            for txn_id, reader_node, reader_cid in self.store.read_replies:
+                command = self.store.commands[txn_id]
+                assert command.writes is not None and command.result is not None
+                self._send(
+                    reader_node, ReadRedundant(reader_cid, txn_id, command.writes, command.result)
+                )
+            self.store.read_replies.clear()
+            if not self._local:
+                break
         persisted, reads, writes = self.store.drain()
         ready = self._ready
         ready.persist.extend(persisted)
         ready.reads.extend(reads)
         ready.writes.extend(writes)
-        for txn_id, reader_node, reader_cid in self.store.read_replies:
-            command = self.store.commands[txn_id]
-            assert command.writes is not None and command.result is not None
-            self._send(
-                reader_node, ReadRedundant(reader_cid, txn_id, command.writes, command.result)
-            )
-        self.store.read_replies.clear()
         self._answer_waiting_clients()
         return ready
+
+    def _drain_local(self) -> None:
+        """Deliver messages this node sent itself. They are handled here, after the input
+        that caused them, never re-entrantly inside a coordinator's own broadcast; and all
+        they persist still reaches the journal before anything they cause is sent."""
+        local = self._local
+        while local:
+            self._dispatch(self.node_id, local.popleft())
 
     def advance(self, ready: Ready) -> None:
         check_argument(ready is self._ready, "advance() must be given the last ready()")
@@ -252,7 +281,10 @@ class Node:
     # ------------------------------------------------------------------ requests
 
     def _send(self, dest: int, body: Message) -> None:
-        self._ready.messages.append(Envelope(self.node_id, dest, body))
+        if dest == self.node_id:
+            self._local.append(body)
+        else:
+            self._ready.messages.append(Envelope(self.node_id, dest, body))
 
     def send(self, dest: int, body: Request) -> None:
         self._send(dest, body)

@@ -105,6 +105,7 @@ class CommandStore:
         # progress log re-sends Apply until it is, so no replica is left behind.
         self._undurable: dict[TxnId, Command] = {}
         self._owned_cache: dict[Key, bool] = {}
+        self._owned_keys_cache: dict[tuple[Key, ...], tuple[Key, ...]] = {}
         self.persisted: list[CommandSnapshot] = []
         self.data_reads: list[DataRead] = []
         self.data_writes: list[DataWrite] = []
@@ -123,7 +124,13 @@ class CommandStore:
         return owned
 
     def owned_keys(self, keys: tuple[Key, ...]) -> tuple[Key, ...]:
-        return tuple(k for k in keys if self.owns(k))
+        owned = self._owned_keys_cache.get(keys)
+        if owned is None:
+            owned = tuple(k for k in keys if self.owns(k))
+            if len(self._owned_keys_cache) >= 65_536:
+                self._owned_keys_cache.clear()
+            self._owned_keys_cache[keys] = owned
+        return owned
 
     def command(self, txn_id: TxnId) -> Command:
         command = self.commands.get(txn_id)

@@ -43,7 +43,7 @@ class Timestamp(NamedTuple):
 
     @property
     def kind(self) -> Kind:
-        return Kind(self.flags & 1)
+        return _KINDS[self.flags & 1]
 
     def with_epoch_at_least(self, epoch: int) -> Timestamp:
         return self if self.epoch >= epoch else self._replace(epoch=epoch)
@@ -58,6 +58,8 @@ class Timestamp(NamedTuple):
         epoch, hlc, flags, node = (int(p) for p in parts)
         return Timestamp(epoch, hlc, flags, node)
 
+
+_KINDS = (Kind.READ, Kind.WRITE)
 
 # A TxnId is the timestamp a coordinator proposes (t0); its flags carry the Kind.
 TxnId = Timestamp

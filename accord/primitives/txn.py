@@ -55,7 +55,22 @@ class BinOp:
             raise InvalidTransaction(f"unknown operator {self.op!r}")
 
 
-Expr: TypeAlias = Const | ReadOf | BinOp
+@dataclass(frozen=True, slots=True)
+class Item:
+    """Element ``index`` of a tuple value (a column of a row); None when absent."""
+
+    value: Expr
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class MakeTuple:
+    """A tuple built from expressions (a row of columns)."""
+
+    items: tuple[Expr, ...]
+
+
+Expr: TypeAlias = Const | ReadOf | BinOp | Item | MakeTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +141,11 @@ def _expr_keys(expr: Expr | None, into: set[Key]) -> None:
     elif isinstance(expr, BinOp):
         _expr_keys(expr.left, into)
         _expr_keys(expr.right, into)
+    elif isinstance(expr, Item):
+        _expr_keys(expr.value, into)
+    elif isinstance(expr, MakeTuple):
+        for item in expr.items:
+            _expr_keys(item, into)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +188,15 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
     if isinstance(expr, ReadOf):
         value = values.get(expr.key)
         return expr.default if value is None else value
+    if isinstance(expr, Item):
+        row = _evaluate(expr.value, values)
+        if row is None:
+            return None
+        if not isinstance(row, tuple):
+            raise _EvalError(f"item {expr.index} of a {type(row).__name__}, not a tuple")
+        return row[expr.index] if -len(row) <= expr.index < len(row) else None
+    if isinstance(expr, MakeTuple):
+        return tuple(_evaluate(item, values) for item in expr.items)
     left = _evaluate(expr.left, values)
     right = _evaluate(expr.right, values)
     if expr.op == "concat":

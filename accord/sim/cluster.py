@@ -281,12 +281,9 @@ class Cluster:
     def _flush(self, node_id: int) -> None:
         slot = self.slots[node_id]
         node = slot.node
-        if node is None:
+        if node is None or not node.has_ready():
             return
         ready = node.ready()
-        if ready.is_empty():
-            node.advance(ready)
-            return
         self._persist(slot, ready)
         for envelope in ready.messages:
             self._send(envelope)

@@ -1,0 +1,5 @@
+import sys
+
+from accord.sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""``python -m accord.sim``: run seeded burn tests from the shell.
+
+Exit status is 0 only when every seed's history verified, every transaction decided in
+the liveness phase and every key's replicas agree; each failing seed is printed so that
+``--seed-start N --seeds 1`` reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from accord.sim.burn import BurnConfig, RunResult, run_seed
+from accord.sim.cluster import Faults
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m accord.sim", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--nodes", type=int, default=5)
+    parser.add_argument("--rf", type=int, default=3, help="replication factor")
+    parser.add_argument("--txns", type=int, default=200, help="transactions per seed")
+    parser.add_argument("--seeds", type=int, default=10, help="number of seeds to run")
+    parser.add_argument("--seed-start", type=int, default=0, help="first seed")
+    parser.add_argument("--clients", type=int, default=6, help="concurrent clients")
+    parser.add_argument("--keys", type=int, default=10)
+    parser.add_argument("--workload", choices=("list-append", "bank"), default="list-append")
+    parser.add_argument(
+        "--faults",
+        default="all",
+        help="all, none, or a comma list of drops,duplicates,partitions,crashes,skew",
+    )
+    parser.add_argument(
+        "--reorder-buffer-ms", type=float, default=0.0, help="reorder buffer delta (0 = off)"
+    )
+    parser.add_argument(
+        "--electorate", type=int, default=None, help="fast-path electorate size per shard"
+    )
+    parser.add_argument(
+        "--reconcile", action="store_true", help="run each seed twice and compare trace digests"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per seed, then a summary"
+    )
+    return parser
+
+
+def _line(result: RunResult) -> str:
+    p50_ms = result.percentile_micros(0.5) / 1000
+    p99_ms = result.percentile_micros(0.99) / 1000
+    return (
+        f"seed={result.seed} txns={result.txns} ok={result.ok} fail={result.failed} "
+        f"unknown={result.unknown} fast-path={result.fast_path_share:.0%} p50={p50_ms:.1f}ms "
+        f"p99={p99_ms:.1f}ms recoveries={result.recoveries} invalidations={result.invalidations} "
+        f"crashes={result.crashes} verdict={result.verdict_text()}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = BurnConfig(
+            nodes=args.nodes,
+            rf=args.rf,
+            txns=args.txns,
+            clients=args.clients,
+            keys=args.keys,
+            workload=args.workload,
+            faults=Faults.parse(args.faults),
+            reorder_buffer_micros=int(args.reorder_buffer_ms * 1000),
+            electorate=args.electorate,
+        )
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    failures = 0
+    total_txns = 0
+    cpu = 0.0
+    for seed in range(args.seed_start, args.seed_start + args.seeds):
+        result = run_seed(seed, config)
+        total_txns += result.txns
+        cpu += result.cpu_seconds
+        if args.reconcile:
+            again = run_seed(seed, config)
+            if again.digest != result.digest:
+                result.error = f"nondeterminism: trace digest {result.digest} then {again.digest}"
+        if not result.passed:
+            failures += 1
+        print(json.dumps(result.to_json()) if args.json else _line(result), flush=True)
+    summary = {
+        "seeds": args.seeds,
+        "failed_seeds": failures,
+        "txns": total_txns,
+        "cpu_seconds": round(cpu, 2),
+        "txns_per_cpu_second": round(total_txns / cpu) if cpu else 0,
+    }
+    print(json.dumps(summary) if args.json else " ".join(f"{k}={v}" for k, v in summary.items()))
+    return 1 if failures else 0
