@@ -28,10 +28,14 @@ order: G0 (ww only), G1c (ww+wr), G-single (ww+wr plus exactly one rw), G2
 (any rw), first without real-time edges and then with them.  The reported name
 comes from the edges of the cycle actually found, and gets a ``-realtime``
 suffix when the cycle uses a real-time edge.  One anomaly is reported per
-component.  The G-single search runs one BFS per rw edge of the component
-under a global work budget; if the budget runs out the component is still
-reported (as whatever the next search finds), only possibly under a more
-severe name.
+component, with a shortest cycle (counted in collapsed op -> op edges) so the
+explanation stays readable.
+
+G-single needs "some rw edge u -> v plus a non-rw path v -> u"; trying every
+rw edge would be quadratic, so candidates are pruned with the condensation of
+the non-rw subgraph (see :func:`_g_single_in`) and the BFS work is capped by a
+budget.  If the budget runs out the component is still reported, only
+possibly under a more severe name (G2).
 """
 
 from __future__ import annotations

@@ -92,7 +92,18 @@ def _check_internal(op: Operation, out: Collector) -> None:
 
 
 def check_list_append(history: History) -> Verdict:
-    """Check a list-append history for strict serializability; see the module docstring."""
+    """Check a list-append history for strict serializability; see the module docstring.
+
+    Requires every appended value to be unique per key (else the verdict is
+    ``malformed-history``).  Reports ``garbage-read``, ``G1a``, ``G1b``,
+    ``internal``, ``duplicate-elements``, ``incompatible-order`` and dependency
+    cycles ``G0``/``G1c``/``G-single``/``G2`` (each optionally ``-realtime``).
+
+    Not detected: anything about appends no read ever observed beyond "they
+    come after the longest observed list" (an unobserved ``info`` op is
+    assumed not to have happened); keys whose observed lists are incompatible
+    contribute only wr edges; ``fail``/``info`` reads are never checked.
+    """
     out = Collector()
     stats = base_stats(history)
 
