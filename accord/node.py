@@ -184,6 +184,25 @@ class Node:
         coordinator.start()
         return txn_id
 
+    def recover(self, txn_id: TxnId) -> bool:
+        """Start recovering ``txn_id`` now rather than when the progress log would.
+
+        False when this replica does not know the transaction's definition or already
+        coordinates it.
+        """
+        command = self.store.commands.get(txn_id)
+        if (
+            command is None
+            or command.txn is None
+            or command.route is None
+            or txn_id in self._coordinating
+        ):
+            return False
+        self.stats.recoveries += 1
+        coordinator = self._new_coordinator(txn_id, command.txn, command.route, self.new_ballot())
+        coordinator.start_recovery()
+        return True
+
     def step(self, envelope: Envelope) -> None:
         """Handle one message addressed to this node."""
         check_argument(
