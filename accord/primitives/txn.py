@@ -23,6 +23,9 @@ from accord.primitives.timestamp import Kind
 
 Value: TypeAlias = object
 
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
 BinaryOperator = Literal["+", "-", "concat"]
 CompareOperator = Literal["=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"]
 BINARY_OPERATORS: frozenset[str] = frozenset({"+", "-", "concat"})
@@ -210,7 +213,12 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
             f"{expr.op} needs integers, got {type(left).__name__} and {type(right).__name__}"
         )
     assert isinstance(left, int) and isinstance(right, int)  # narrowed by _is_number
-    return left + right if expr.op == "+" else left - right
+    value = left + right if expr.op == "+" else left - right
+    if not INT64_MIN <= value <= INT64_MAX:
+        # Values cross the wire and Cassandra as signed 64-bit integers: overflow is a
+        # deterministic error result, the same on every replica, never a value no codec takes.
+        raise _EvalError(f"{expr.op} overflows a signed 64-bit integer")
+    return value
 
 
 def _is_number(value: Value) -> bool:

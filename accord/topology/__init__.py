@@ -125,6 +125,11 @@ def ring_topology(
     width = (TOKEN_MAX - TOKEN_MIN) // count
     bounds = [TOKEN_MIN + i * width for i in range(count)] + [TOKEN_MAX]
     electorate = replication_factor if electorate_size is None else electorate_size
+    lowest = replication_factor - max_failures(replication_factor)
+    if not lowest <= electorate <= replication_factor:
+        raise ConfigurationError(
+            f"electorate of {electorate} is outside [n - f, n] = [{lowest}, {replication_factor}]"
+        )
     shards = []
     for i in range(count):
         replicas = tuple(nodes[(i + j) % len(nodes)] for j in range(replication_factor))

@@ -257,13 +257,6 @@ def test_topologies_that_leave_gaps_or_overlap_are_refused(shards: tuple[Shard, 
         Topology(1, shards)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ring_topology slices replicas[:electorate_size], so an electorate larger than the "
-    "replication factor silently becomes every replica and a negative one drops replicas "
-    "from the end (-1 of 3 gives a valid-looking electorate of 2) instead of raising "
-    "ConfigurationError like fast_quorum_size does for e outside [n - f, n].",
-)
 @pytest.mark.parametrize("electorate_size", [4, 10, -1], ids=["rf+1", "rf+7", "negative"])
 def test_ring_topology_refuses_an_electorate_outside_bounds(electorate_size: int) -> None:
     with pytest.raises(ConfigurationError):
