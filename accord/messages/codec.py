@@ -10,8 +10,8 @@ Theory of operation:
 * Nested structures are arrays of their fields in declaration order: a ``Timestamp`` is
   ``[epoch, hlc, flags, node]``, a ``Key`` ``[token, name]``, ``Deps``
   ``[[key, [txn_id, ...]], ...]``; a ``Status`` is its integer; optional fields are nil.
-  Expressions and writes start with a kind (``Const`` 0, ``ReadOf`` 1, ``BinOp`` 2;
-  ``Put`` 0, ``Delete`` 1) and operators are small integers.
+  Expressions and writes start with a kind (``Const`` 0, ``ReadOf`` 1, ``BinOp`` 2,
+  ``Item`` 3, ``MakeTuple`` 4; ``Put`` 0, ``Delete`` 1); operators are small integers.
 * A user :data:`~accord.primitives.Value` maps onto msgpack's own types (nil, bool, int,
   str as str, bytes as bin, tuple as array), so tuple, bytes and str stay distinct. Only
   exact types are accepted: a list, float, enum or NamedTuple value has no wire form.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Generic, TypeVar, cast, get_type_hints
+from typing import Any, Final, Generic, TypeVar, cast, get_args, get_type_hints
 
 import msgpack
 
@@ -44,7 +44,9 @@ from accord.primitives import (
     Delete,
     Deps,
     Expr,
+    Item,
     Key,
+    MakeTuple,
     Predicate,
     Put,
     ReadOf,
@@ -286,7 +288,13 @@ def _operators(names: tuple[str, ...], what: str) -> _Codec[Any]:
 
 _BINARY: Final = _operators(("+", "-", "concat"), "operator")
 _COMPARE: Final = _operators(("=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"), "comparison")
-_CONST, _READ_OF, _BIN_OP = 0, 1, 2
+_CONST, _READ_OF, _BIN_OP, _ITEM, _MAKE_TUPLE = 0, 1, 2, 3, 4
+# A new kind of expression or write must get a wire form here before anything can send it.
+check_state(
+    set(get_args(Expr)) == {Const, ReadOf, BinOp, Item, MakeTuple}
+    and set(get_args(Write)) == {Put, Delete},
+    "the codec does not know every kind of expression and write",
+)
 
 
 def _depth_checked(depth: int) -> None:
@@ -296,19 +304,31 @@ def _depth_checked(depth: int) -> None:
 
 def _encode_expr(expr: Expr, depth: int = 0) -> list[object]:
     _depth_checked(depth)
+
+    def child(inner: Expr) -> list[object]:
+        return _encode_expr(inner, depth + 1)
+
     if type(expr) is Const:
         return [_CONST, _field("value", _value, expr.value)]
     if type(expr) is ReadOf:
         return [_READ_OF, _KEY.encode(expr.key), _field("default", _value, expr.default)]
     if type(expr) is BinOp:
-        left = _field("left", lambda e: _encode_expr(e, depth + 1), expr.left)
-        right = _field("right", lambda e: _encode_expr(e, depth + 1), expr.right)
+        left, right = _field("left", child, expr.left), _field("right", child, expr.right)
         return [_BIN_OP, _BINARY.encode(expr.op), left, right]
+    if type(expr) is Item:
+        return [_ITEM, _field("value", child, expr.value), _field("index", _int, expr.index)]
+    if type(expr) is MakeTuple:
+        items = _field("items", lambda i: _each(_exact(i, tuple), child), expr.items)
+        return [_MAKE_TUPLE, items]
     raise CodecError(f"expected an expression, got {type(expr).__name__}")
 
 
 def _decode_expr(wire: object, depth: int = 0) -> Expr:
     _depth_checked(depth)
+
+    def child(inner: object) -> Expr:
+        return _decode_expr(inner, depth + 1)
+
     kind = _tag(_array(wire, "an expression"), "an expression")
     if kind == _CONST:
         (value,) = _array(wire, "Const", 2)[1:]
@@ -318,11 +338,14 @@ def _decode_expr(wire: object, depth: int = 0) -> Expr:
         return ReadOf(_KEY.decode(key), _field("default", _value, default))
     if kind == _BIN_OP:
         op, left, right = _array(wire, "BinOp", 4)[1:]
-        operands = [
-            _field(n, lambda w: _decode_expr(w, depth + 1), w)
-            for n, w in (("left", left), ("right", right))
-        ]
+        operands = _field("left", child, left), _field("right", child, right)
         return _construct(BinOp, _BINARY.decode(op), *operands)
+    if kind == _ITEM:
+        value, index = _array(wire, "Item", 3)[1:]
+        return Item(_field("value", child, value), _field("index", _int, index))
+    if kind == _MAKE_TUPLE:
+        (items,) = _array(wire, "MakeTuple", 2)[1:]
+        return MakeTuple(tuple(_field("items", lambda i: _each(_array(i, "items"), child), items)))
     raise CodecError(f"unknown expression kind {kind}")
 
 
