@@ -51,7 +51,9 @@ from accord.primitives import (
     Delete,
     Deps,
     Expr,
+    Item,
     Key,
+    MakeTuple,
     Predicate,
     Put,
     ReadOf,
@@ -116,7 +118,11 @@ def exprs(
     leaves = st.one_of(st.builds(Const, value), st.builds(ReadOf, key, value))
     return st.recursive(
         leaves,
-        lambda inner: st.builds(BinOp, st.sampled_from(["+", "-", "concat"]), inner, inner),
+        lambda inner: st.one_of(
+            st.builds(BinOp, st.sampled_from(["+", "-", "concat"]), inner, inner),
+            st.builds(Item, inner, st.one_of(st.integers(-3, 3), int64s)),
+            st.builds(MakeTuple, st.lists(inner, max_size=3).map(tuple)),
+        ),
         max_leaves=6,
     )
 

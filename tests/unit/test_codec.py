@@ -49,7 +49,11 @@ from accord.primitives import (
     BinOp,
     Const,
     Deps,
+    Expr,
+    Item,
     Key,
+    MakeTuple,
+    Predicate,
     Put,
     ReadOf,
     Route,
@@ -208,6 +212,24 @@ def test_any_value_round_trips_exactly(value: object) -> None:
     assert identical(roundtrip(message), message)
 
 
+def test_every_expression_kind_round_trips() -> None:
+    row = MakeTuple((Item(ReadOf(KEY, (1, 2)), -1), BinOp("concat", Const((1,)), Const(None))))
+    txn = Txn((KEY,), Update((Put(KEY, row),), (Predicate("not_null", Item(row, 0)),)))
+
+    def kinds(expr: Expr) -> set[type]:
+        if isinstance(expr, BinOp):
+            return {BinOp} | kinds(expr.left) | kinds(expr.right)
+        if isinstance(expr, Item):
+            return {Item} | kinds(expr.value)
+        if isinstance(expr, MakeTuple):
+            return {MakeTuple}.union(*(kinds(item) for item in expr.items))
+        return {type(expr)}
+
+    assert kinds(row) == set(get_args(Expr))
+    message = PreAccept(1, TS, txn, ROUTE)
+    assert identical(roundtrip(message), message)
+
+
 def test_bytearray_and_memoryview_input_decode() -> None:
     encoded = encode_message(read_ok(1))
     assert decode_message(bytearray(encoded)) == read_ok(1)
@@ -239,6 +261,14 @@ def test_value_depth_limit_is_inclusive_both_ways() -> None:
     wire[3][0][1] = nested(MAX_VALUE_DEPTH + 1)
     with pytest.raises(CodecError, match=r"MAX_VALUE_DEPTH.*ReadOk\.values\[0\]"):
         decode_message(pack(wire))
+
+
+def test_tuple_building_counts_towards_the_expression_depth() -> None:
+    expr: Expr = Const(1)
+    for _ in range(MAX_EXPR_DEPTH):
+        expr = MakeTuple((Item(expr, 0),)) if isinstance(expr, Const) else MakeTuple((expr,))
+    with pytest.raises(CodecError, match="MAX_EXPR_DEPTH"):
+        encode_message(PreAccept(1, TS, Txn((), Update((Put(KEY, expr),))), ROUTE))
 
 
 def test_expression_depth_limit_is_inclusive_both_ways() -> None:
@@ -422,6 +452,10 @@ def test_malformed_input_is_a_codec_error_naming_the_problem(data: bytes, proble
         ((3, 3, 1, 0, 0, 2), [7, 1], r"unknown expression kind 7"),
         ((3, 3, 1, 0, 0, 2), [], r"integer tag, got nothing"),
         ((3, 3, 1, 0, 0), [2, [1, "k"]], r"unknown write kind 2"),
+        ((3, 3, 1, 0, 0, 2), [3, [0, 1], "0"], r"expected int, got str .*value.index\)"),
+        ((3, 3, 1, 0, 0, 2), [3, [0, 1]], r"expected Item of 3 elements"),
+        ((3, 3, 1, 0, 0, 2), [4, None], r"expected items \(an array\), got NoneType"),
+        ((3, 3, 1, 0, 0, 2), [4, [[9]]], r"unknown expression kind 9 .*value.items\[0\]\)"),
         ((3, 3, 1, 1), [[6, [0, 1], [0, 1]]], r"invalid Predicate: comparison 'is_null'"),
         ((3, 3, 1, 1), [[0, [0, 1], None]], r"invalid Predicate: comparison '='"),
         ((3, 3, 1, 1), [[8, [0, 1], None]], r"unknown comparison code 8"),

@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 from strategies import deps, keys, timestamps, txns, values
 
 from accord.invariants import InvalidTransaction
+from accord.messages import ReadOk
+from accord.messages.codec import MAX_VALUE_DEPTH, encode_message
 from accord.primitives import (
     EMPTY_DEPS,
+    TIMESTAMP_MIN,
     TOKEN_MAX,
     TOKEN_MIN,
     BinOp,
@@ -20,8 +23,10 @@ from accord.primitives import (
     Deps,
     Expr,
     Hlc,
+    Item,
     Key,
     Kind,
+    MakeTuple,
     Predicate,
     Put,
     ReadOf,
@@ -282,6 +287,10 @@ def expr_keys(expr: Expr | None) -> set[Key]:
         return {expr.key}
     if isinstance(expr, BinOp):
         return expr_keys(expr.left) | expr_keys(expr.right)
+    if isinstance(expr, Item):
+        return expr_keys(expr.value)
+    if isinstance(expr, MakeTuple):
+        return set().union(*(expr_keys(item) for item in expr.items))
     return set()
 
 
@@ -330,6 +339,13 @@ def test_a_condition_only_read_makes_a_read_txn_and_a_delete_makes_a_write() -> 
 
 RA, RB = ReadOf(A), ReadOf(B)
 K = Const
+
+
+def nested_tuple(depth: int) -> Value:
+    value: Value = ()
+    for _ in range(depth - 1):
+        value = (value,)
+    return value
 
 
 def when(*condition: Predicate, writes: tuple[Put | Delete, ...] = (Put(C, K("w")),)) -> Txn:
@@ -413,6 +429,20 @@ WROTE = (WriteOp(C, "w"),)
         (compute(op("concat", RA, K((1,)))), {A: 1}, (), False, "concat needs lists, got int"),
         (compute(op("concat", RA, K("b"))), {A: "a"}, (), False, "concat needs lists, got str"),
         (compute(op("concat", RA, K(b"b"))), {A: b"a"}, (), False, "needs lists, got bytes"),
+        # Rows and columns: Item picks a column (None when out of range), MakeTuple builds.
+        (compute(Item(RA, 1)), {A: (5, 6)}, (WriteOp(C, 6),), True, None),
+        (compute(Item(RA, -1)), {A: (5, 6)}, (WriteOp(C, 6),), True, None),
+        (compute(Item(RA, 2)), {A: (5, 6)}, (WriteOp(C, None),), True, None),
+        (compute(Item(RA, 0)), {}, (WriteOp(C, None),), True, None),
+        (compute(Item(RA, 0)), {A: "ab"}, (), False, "item 0 of a str, not a tuple"),
+        (
+            compute(MakeTuple((RA, K(b"t"), MakeTuple(())))),
+            {A: 1},
+            (WriteOp(C, (1, b"t", ())),),
+            True,
+            None,
+        ),
+        (when(cond(">", Item(RA, 0), K(0))), {A: (1, "x")}, WROTE, True, None),
         # A false condition stops before the writes are evaluated, so their errors never show.
         (
             when(cond("=", RA, K(0)), writes=(Put(C, op("+", K("x"), K(1))),)),
@@ -460,15 +490,24 @@ def test_execute_is_total_and_deterministic(txn: Txn, store: dict[Key, Value]) -
 
 @pytest.mark.xfail(
     strict=True,
-    reason="execute() computes unbounded Python ints, but values must fit the wire's signed "
-    "64-bit integers: x + 1 at 2**63 - 1 yields a write that encode_message/encode_record "
-    "refuse, so Apply cannot be sent nor the result journaled. Overflow should be a "
-    "deterministic error result like a type error.",
+    reason="execute() can compute values the wire format refuses: integers beyond signed "
+    "64 bits (x + 1 at 2**63 - 1) and tuples nested deeper than MAX_VALUE_DEPTH (MakeTuple "
+    "around a deep constant). encode_message/encode_record then raise CodecError, so the "
+    "Apply cannot be sent nor the command journaled. Such results should be a deterministic "
+    "error result with no writes, like a type error.",
 )
 @pytest.mark.parametrize(
-    ("name", "start"), [("+", 2**63 - 1), ("-", -(2**63))], ids=["overflow", "underflow"]
+    ("expr", "start"),
+    [
+        (op("+", RA, K(1)), 2**63 - 1),
+        (op("-", RA, K(1)), -(2**63)),
+        (MakeTuple((RA,)), nested_tuple(MAX_VALUE_DEPTH)),
+    ],
+    ids=["overflow", "underflow", "too-deep"],
 )
-def test_arithmetic_outside_64_bits_is_a_deterministic_error(name: str, start: int) -> None:
-    writes, result = execute(compute(op(name, RA, K(1))), {A: start})
+def test_results_without_a_wire_form_are_a_deterministic_error(expr: Expr, start: Value) -> None:
+    txn = compute(expr)
+    assert encode_message(ReadOk(1, TIMESTAMP_MIN, ((A, start),)))  # the input is encodable
+    writes, result = execute(txn, {A: start})
     assert writes == ()
     assert result.error is not None and not result.applied
