@@ -1,0 +1,259 @@
+"""The launcher's config generation, ring math, checks and CLI errors; no Java, no Cassandra."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accord_cassandra.testing import launcher
+from accord_cassandra.testing.launcher import (
+    ClusterSpec,
+    LauncherError,
+    LocalCluster,
+    PortBusyError,
+)
+
+THREE_NODE_TOKENS = [-9223372036854775808, -3074457345618258603, 3074457345618258602]
+
+
+@pytest.fixture
+def lib_dir(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "jamm-0.4.0.jar").write_bytes(b"")
+    return lib
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, int]]:
+    """A listening socket on a loopback address no Cassandra of the tests uses."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.77.7", 0))
+        sock.listen()
+        yield sock.getsockname()
+
+
+def test_ring_tokens_are_balanced_like_ccm() -> None:
+    assert launcher.ring_tokens(1) == [-(2**63)]
+    assert launcher.ring_tokens(3) == THREE_NODE_TOKENS
+    tokens = launcher.ring_tokens(5)
+    gaps = {b - a for a, b in itertools.pairwise(tokens)}
+    assert gaps == {2**64 // 5}
+    assert all(-(2**63) <= t < 2**63 for t in tokens)
+
+
+def test_ring_tokens_reject_an_empty_ring() -> None:
+    with pytest.raises(ValueError, match="at least one node"):
+        launcher.ring_tokens(0)
+
+
+def test_spec_places_node_i_on_first_ip_plus_i_minus_1() -> None:
+    spec = ClusterSpec(nodes=3, first_ip="127.0.0.1")
+    assert spec.ips == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert [spec.token(i) for i in spec.indexes] == THREE_NODE_TOKENS
+    with pytest.raises(LauncherError, match="no node 4"):
+        spec.ip(4)
+
+
+@pytest.mark.parametrize("first_ip", ["10.0.0.1", "192.168.1.10", "127.255.255.255"])
+def test_spec_refuses_addresses_outside_loopback(first_ip: str) -> None:
+    with pytest.raises(LauncherError, match=r"127\.0\.0\.0/8"):
+        ClusterSpec(nodes=3, first_ip=first_ip)
+
+
+@pytest.mark.parametrize("version", ["4.1.5", "5.1.0", "5.0", "latest"])
+def test_only_cassandra_5_0_is_accepted(version: str) -> None:
+    with pytest.raises(LauncherError, match=r"not 5\.0\.x"):
+        ClusterSpec(version=version)
+
+
+def test_node_config_has_the_minimal_fast_keys(tmp_path: Path) -> None:
+    spec = ClusterSpec(nodes=3)
+    config = launcher.node_config(spec, 2, tmp_path / "node2")
+    assert config["listen_address"] == config["rpc_address"] == "127.0.0.2"
+    assert config["initial_token"] == str(THREE_NODE_TOKENS[1])
+    assert config["num_tokens"] == 1
+    assert config["paxos_variant"] == "v2"
+    assert config["auto_bootstrap"] is False
+    assert config["seed_provider"][0]["parameters"] == [{"seeds": "127.0.0.1:7000"}]
+    assert config["partitioner"] == "org.apache.cassandra.dht.Murmur3Partitioner"
+    assert config["commitlog_sync"] == "periodic"
+    assert min(config[k] for k in ("concurrent_reads", "concurrent_writes")) >= 2
+    assert config["data_file_directories"] == [str(tmp_path / "node2" / "data")]
+    assert "allocate_tokens_for_local_replication_factor" not in config
+
+
+def test_written_files_parse_and_match(tmp_path: Path, lib_dir: Path) -> None:
+    spec = ClusterSpec(nodes=3, heap_mb=300)
+    directory = launcher.write_node_files(spec, 3, tmp_path / "base", lib_dir, 17)
+    written = yaml.safe_load((directory / "conf" / "cassandra.yaml").read_text())
+    assert written == launcher.node_config(spec, 3, directory)
+    for sub in ("data", "commitlog", "hints", "saved_caches", "logs", "tmp", "triggers"):
+        assert (directory / sub).is_dir()
+    argfile = (directory / "conf" / "jvm.args").read_text().splitlines()
+    assert "-Xmx300m" in argfile
+    assert "-Xms300m" in argfile
+    assert f"-javaagent:{lib_dir / 'jamm-0.4.0.jar'}" in argfile
+    assert "--add-opens java.base/java.io=ALL-UNNAMED" in argfile
+    assert f"-Dcassandra.config={(directory / 'conf' / 'cassandra.yaml').as_uri()}" in argfile
+
+
+def test_logback_logs_info_to_file_and_warn_to_console(tmp_path: Path) -> None:
+    root = ET.fromstring(launcher.logback_config(tmp_path))
+    assert root.find("./appender[@name='FILE']/file").text == str(tmp_path / "logs" / "system.log")
+    assert root.find("./appender[@name='CONSOLE']/filter/level").text == "WARN"
+    assert root.find("./root").get("level") == "INFO"
+
+
+def test_security_manager_flag_only_after_java_17(tmp_path: Path, lib_dir: Path) -> None:
+    spec = ClusterSpec()
+    flag = "-Djava.security.manager=allow"
+    assert flag not in launcher.node_jvm_options(spec, tmp_path, lib_dir, 17)
+    assert flag in launcher.node_jvm_options(spec, tmp_path, lib_dir, 21)
+
+
+def test_missing_jamm_jar_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LauncherError, match="no jamm jar"):
+        launcher.node_jvm_options(ClusterSpec(), tmp_path, tmp_path)
+
+
+def test_argfile_quotes_only_paths_that_need_it() -> None:
+    text = launcher.argfile_text(["--add-opens a/b=ALL-UNNAMED", "-Dx=/p q/r", '-Dy=a"b'])
+    assert text.splitlines() == ["--add-opens a/b=ALL-UNNAMED", '"-Dx=/p q/r"', '"-Dy=a\\"b"']
+
+
+@pytest.mark.parametrize(
+    ("output", "major"),
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('java version "1.8.0_392"', 8),
+        ('openjdk version "21" 2023-09-19', 21),
+        ('openjdk version "25-ea" 2025-09-16', 25),
+    ],
+)
+def test_java_major_is_parsed(output: str, major: int) -> None:
+    assert launcher.parse_java_major(output) == major
+
+
+def test_unreadable_java_version_is_an_error() -> None:
+    with pytest.raises(LauncherError, match="cannot read the Java version"):
+        launcher.parse_java_major("command not found")
+
+
+@pytest.mark.parametrize(("major", "message"), [(24, "Security Manager"), (11, "too old")])
+def test_unsupported_java_is_refused(major: int, message: str) -> None:
+    with pytest.raises(LauncherError, match=message):
+        launcher.check_java_major(major)
+
+
+def test_java_17_is_accepted() -> None:
+    launcher.check_java_major(17)
+
+
+def _write_marker(home: Path, version: str, jars: list[str]) -> None:
+    (home / "lib").mkdir(parents=True)
+    for jar in jars:
+        (home / "lib" / jar).write_bytes(b"")
+    marker = {"version": version, "jars": jars}
+    (home / launcher.MARKER_FILE).write_text(json.dumps(marker))
+
+
+def test_fetch_marker_is_trusted_only_for_its_version_and_jars(tmp_path: Path) -> None:
+    jars = ["cassandra-all-5.0.6.jar", "jamm-0.4.0.jar"]
+    _write_marker(tmp_path, "5.0.6", jars)
+    assert launcher.is_fetched(tmp_path, "5.0.6")
+    assert not launcher.is_fetched(tmp_path, "5.0.5")
+    (tmp_path / "lib" / "jamm-0.4.0.jar").unlink()
+    assert not launcher.is_fetched(tmp_path, "5.0.6")
+
+
+def test_fetch_reuses_a_complete_cache_without_maven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(launcher.ENV_CACHE, str(tmp_path))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    _write_marker(tmp_path / "cassandra-5.0.6", "5.0.6", ["cassandra-all-5.0.6.jar"])
+    assert launcher.fetch("5.0.6") == tmp_path / "cassandra-5.0.6" / "lib"
+
+
+def test_busy_port_is_named(listener: tuple[str, int], tmp_path: Path) -> None:
+    ip, port = listener
+    cluster = LocalCluster(ClusterSpec(nodes=1, first_ip=ip, native_port=port), tmp_path)
+    with pytest.raises(PortBusyError, match=f"{ip}:{port}") as caught:
+        cluster.start()
+    assert f"{ip}:7000" not in str(caught.value)
+    assert not (tmp_path / launcher.STATE_FILE).exists()
+
+
+def test_free_ports_are_not_reported() -> None:
+    assert launcher.busy_ports([("127.0.77.8", 7000), ("127.0.77.8", 9042)]) == []
+
+
+def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, launcher.ENV_CACHE: str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "accord_cassandra.testing.launcher", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+def test_cli_up_fails_clearly_when_a_port_is_busy(tmp_path: Path) -> None:
+    ip = "127.0.77.9"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ip, 9042))
+        sock.listen()
+        result = _cli(
+            "up", "--nodes", "1", "--first-ip", ip, "--base-dir", str(tmp_path), tmp_path=tmp_path
+        )
+    assert result.returncode == 1
+    assert f"port already in use: {ip}:9042" in result.stderr
+
+
+def test_cli_down_without_state_is_a_no_op(tmp_path: Path) -> None:
+    result = _cli("down", "--base-dir", str(tmp_path / "none"), tmp_path=tmp_path)
+    assert result.returncode == 0
+    assert "nothing to stop" in result.stdout
+
+
+def test_cli_status_without_state_is_an_error(tmp_path: Path) -> None:
+    result = _cli("status", "--base-dir", str(tmp_path / "none"), tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "no launcher state" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1", (["127.0.0.1"], 9042)),
+        ("127.0.0.1, 127.0.0.2,127.0.0.3", (["127.0.0.1", "127.0.0.2", "127.0.0.3"], 9042)),
+        ("127.0.0.5:19042,127.0.0.6:19042", (["127.0.0.5", "127.0.0.6"], 19042)),
+    ],
+)
+def test_contact_points_are_parsed(text: str, expected: tuple[list[str], int]) -> None:
+    assert launcher.parse_contact_points(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "127.0.0.1:1,127.0.0.2:2"])
+def test_bad_contact_points_are_refused(text: str) -> None:
+    with pytest.raises(LauncherError):
+        launcher.parse_contact_points(text)
+
+
+def test_external_cluster_refuses_non_loopback_and_node_control() -> None:
+    with pytest.raises(LauncherError, match="outside"):
+        launcher.ExternalCluster(["10.1.2.3"])
+    external = launcher.ExternalCluster(["127.0.0.1"])
+    with pytest.raises(LauncherError, match="started by this launcher"):
+        external.stop_node(1)
+
+
+def test_a_foreign_pid_is_never_taken_for_a_node(tmp_path: Path) -> None:
+    assert not launcher.pid_is_node(os.getpid(), tmp_path)
