@@ -1,0 +1,104 @@
+"""Real Cassandra for the tests: a single node and a 3-node cluster, started on demand.
+
+Both are session-scoped and launched by accord_cassandra.testing.launcher only when a test
+asks for them. They live on different loopback addresses, so both can run at once and
+neither test set waits for the other's restarts:
+
+- ``cassandra_node``: one node on 127.0.1.1 (``ACCORD_CASSANDRA_NODE_IP`` moves it);
+- ``cassandra_cluster``: three nodes on 127.0.0.1-3 (``ACCORD_CASSANDRA_CLUSTER_FIRST_IP``).
+
+To reuse a Cassandra that is already running instead:
+
+- ``ACCORD_CASSANDRA_CONTACT_POINTS=127.0.0.1[:port],...`` replaces ``cassandra_node``;
+- ``ACCORD_CASSANDRA_CLUSTER_CONTACT_POINTS=...`` replaces ``cassandra_cluster`` (CQL only:
+  tests that stop a node then fail, they are not skipped);
+- ``ACCORD_CASSANDRA_CLUSTER_DIR=<base dir of launcher up --nodes 3>`` attaches to a cluster
+  the launcher CLI started, with node control; it is left running afterwards.
+
+A Cassandra that does not start is an error in every test that needs it, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accord_cassandra.testing.launcher import (
+    CassandraHandle,
+    ClusterSpec,
+    ExternalCluster,
+    LauncherError,
+    LocalCluster,
+    parse_contact_points,
+)
+
+NODE_CONTACT_POINTS_ENV = "ACCORD_CASSANDRA_CONTACT_POINTS"
+CLUSTER_CONTACT_POINTS_ENV = "ACCORD_CASSANDRA_CLUSTER_CONTACT_POINTS"
+CLUSTER_DIR_ENV = "ACCORD_CASSANDRA_CLUSTER_DIR"
+NODE_IP_ENV = "ACCORD_CASSANDRA_NODE_IP"
+CLUSTER_FIRST_IP_ENV = "ACCORD_CASSANDRA_CLUSTER_FIRST_IP"
+
+
+def _external(env: str) -> ExternalCluster | None:
+    text = os.environ.get(env)
+    if not text:
+        return None
+    ips, port = parse_contact_points(text)
+    return ExternalCluster(ips, port)
+
+
+def _launched(
+    tmp_path_factory: pytest.TempPathFactory, name: str, spec: ClusterSpec
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(spec, tmp_path_factory.mktemp(name))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop(clean=True)
+
+
+def _attached(base_dir: str) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.attach(Path(base_dir).expanduser())
+    if cluster.running() != list(cluster.spec.indexes):
+        raise LauncherError(f"{CLUSTER_DIR_ENV}={base_dir}: not every node is running")
+    try:
+        yield cluster
+    finally:
+        cluster.close_sessions()
+
+
+@pytest.fixture(scope="session")
+def cassandra_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraHandle]:
+    """One Cassandra 5.0 node (contact_points, native_port, connect(), node control)."""
+    external = _external(NODE_CONTACT_POINTS_ENV)
+    if external is not None:
+        yield external
+        external.close_sessions()
+        return
+    spec = ClusterSpec(
+        nodes=1, first_ip=os.environ.get(NODE_IP_ENV, "127.0.1.1"), cluster_name="accord_node"
+    )
+    yield from _launched(tmp_path_factory, "cassandra-node", spec)
+
+
+@pytest.fixture(scope="session")
+def cassandra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraHandle]:
+    """Three Cassandra 5.0 nodes; stop_node(i)/start_node(i) for i in 1..3."""
+    external = _external(CLUSTER_CONTACT_POINTS_ENV)
+    if external is not None:
+        yield external
+        external.close_sessions()
+        return
+    if os.environ.get(CLUSTER_DIR_ENV):
+        yield from _attached(os.environ[CLUSTER_DIR_ENV])
+        return
+    spec = ClusterSpec(
+        nodes=3,
+        first_ip=os.environ.get(CLUSTER_FIRST_IP_ENV, "127.0.0.1"),
+        cluster_name="accord_cluster",
+    )
+    yield from _launched(tmp_path_factory, "cassandra-cluster", spec)
