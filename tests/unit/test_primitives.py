@@ -488,26 +488,34 @@ def test_execute_is_total_and_deterministic(txn: Txn, store: dict[Key, Value]) -
                 assert op.value is None
 
 
+@pytest.mark.parametrize(
+    ("expr", "start", "value"),
+    [(op("+", RA, K(1)), 2**63 - 2, 2**63 - 1), (op("-", RA, K(1)), -(2**63) + 1, -(2**63))],
+    ids=["max", "min"],
+)
+def test_arithmetic_reaches_the_64_bit_bounds(expr: Expr, start: int, value: int) -> None:
+    assert execute(compute(expr), {A: start})[0] == (WriteOp(C, value),)
+
+
+@pytest.mark.parametrize(("name", "start"), [("+", 2**63 - 1), ("-", -(2**63))])
+def test_arithmetic_beyond_64_bits_is_a_deterministic_error(name: str, start: int) -> None:
+    # Values cross the wire as signed 64-bit integers (accord.messages.codec).
+    writes, result = execute(compute(op(name, RA, K(1))), {A: start})
+    assert writes == ()
+    assert not result.applied
+    assert result.error == f"{name} overflows a signed 64-bit integer"
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="execute() can compute values the wire format refuses: integers beyond signed "
-    "64 bits (x + 1 at 2**63 - 1) and tuples nested deeper than MAX_VALUE_DEPTH (MakeTuple "
-    "around a deep constant). encode_message/encode_record then raise CodecError, so the "
-    "Apply cannot be sent nor the command journaled. Such results should be a deterministic "
-    "error result with no writes, like a type error.",
+    reason="execute() can build tuples nested deeper than the wire's MAX_VALUE_DEPTH "
+    "(MakeTuple around a read of a maximally deep value): encode_message/encode_record then "
+    "raise CodecError, so the Apply cannot be sent nor the command journaled. Like integer "
+    "overflow, such a result should be a deterministic error result with no writes.",
 )
-@pytest.mark.parametrize(
-    ("expr", "start"),
-    [
-        (op("+", RA, K(1)), 2**63 - 1),
-        (op("-", RA, K(1)), -(2**63)),
-        (MakeTuple((RA,)), nested_tuple(MAX_VALUE_DEPTH)),
-    ],
-    ids=["overflow", "underflow", "too-deep"],
-)
-def test_results_without_a_wire_form_are_a_deterministic_error(expr: Expr, start: Value) -> None:
-    txn = compute(expr)
-    assert encode_message(ReadOk(1, TIMESTAMP_MIN, ((A, start),)))  # the input is encodable
-    writes, result = execute(txn, {A: start})
+def test_results_nested_beyond_the_wire_depth_are_a_deterministic_error() -> None:
+    deepest = nested_tuple(MAX_VALUE_DEPTH)
+    assert encode_message(ReadOk(1, TIMESTAMP_MIN, ((A, deepest),)))  # the input is encodable
+    writes, result = execute(compute(MakeTuple((RA,))), {A: deepest})
     assert writes == ()
     assert result.error is not None and not result.applied
