@@ -1,0 +1,112 @@
+"""Wiring: settings + driver file -> connected session -> event store, protection, orchestrator.
+
+:func:`open_runtime` is the one call an application needs::
+
+    settings = load_settings("stacksaga.yaml")
+    runtime = await open_runtime(settings)
+    orchestrator = runtime.orchestrator(sagas=[order_saga])
+    outcome = await orchestrator.start(order_saga, {"order_id": 42})
+    await runtime.close()
+
+Connecting and preparing block in the driver, so they run in a worker thread; everything after
+that is non-blocking (:mod:`stacksaga_store.cql`). The schema must exist (``python -m
+stacksaga_store schema apply``); preparing the statements fails fast if a table is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stacksaga_store.clock import Clock
+from stacksaga_store.config import StackSagaSettings
+from stacksaga_store.cql import CqlSession, StoreUnavailableError
+from stacksaga_store.driver import DriverConfig, build_cluster, load_driver_config
+from stacksaga_store.orchestrator import Orchestrator
+from stacksaga_store.protection import WriteProtection
+from stacksaga_store.recovery import RecoveryHandoff
+from stacksaga_store.saga import Saga
+from stacksaga_store.store import CassandraEventStore
+
+__all__ = ["StoreRuntime", "connect_sync", "open_runtime"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StoreRuntime:
+    """A connected store. Close it to shut the driver's threads down."""
+
+    settings: StackSagaSettings
+    driver_config: DriverConfig
+    cluster: Any
+    cql: CqlSession
+    events: CassandraEventStore
+    protection: WriteProtection
+
+    def orchestrator(
+        self,
+        *,
+        recovery: RecoveryHandoff | None = None,
+        clock: Clock | None = None,
+        sagas: Iterable[Saga] = (),
+    ) -> Orchestrator:
+        return Orchestrator(
+            store=self.events,
+            protection=self.protection,
+            settings=self.settings,
+            recovery=recovery,
+            clock=clock,
+            sagas=sagas,
+        )
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.cluster.shutdown)
+
+
+def connect_sync(settings: StackSagaSettings, driver_config: DriverConfig | None = None) -> Any:
+    """(cluster, session) for synchronous admin work such as schema apply/check."""
+    from cassandra.cluster import NoHostAvailable
+
+    config = driver_config or load_driver_config(settings)
+    cluster = build_cluster(config, settings)
+    try:
+        return cluster, cluster.connect()
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        points = ", ".join(f"{host}:{port}" for host, port in config.contact_points)
+        raise StoreUnavailableError(
+            f"cannot reach Cassandra at {points} ({config.origin}): {exc}", outcome_unknown=False
+        ) from exc
+
+
+async def open_runtime(
+    settings: StackSagaSettings,
+    *,
+    driver_config: DriverConfig | None = None,
+    lease_waits_max: int = 3,
+) -> StoreRuntime:
+    """Connect, prepare every statement, and return the pieces ready to use."""
+    loop = asyncio.get_running_loop()
+    config = driver_config or load_driver_config(settings)
+    cluster, session = await loop.run_in_executor(None, connect_sync, settings, config)
+    try:
+        cql = CqlSession(
+            session,
+            read_level=settings.cassandra.read_consistency_level,
+            write_level=settings.cassandra.write_consistency_level,
+        )
+        events = CassandraEventStore(cql, config.keyspace)
+        protection = WriteProtection(cql, config.keyspace, lease_waits_max=lease_waits_max)
+        await events.prepare()
+        await protection.prepare()
+    except BaseException:
+        await loop.run_in_executor(None, cluster.shutdown)
+        raise
+    logger.info(
+        "saga store ready: keyspace=%s contact_points=%s", config.keyspace, config.contact_points
+    )
+    return StoreRuntime(settings, config, cluster, cql, events, protection)
