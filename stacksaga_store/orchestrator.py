@@ -217,6 +217,23 @@ class Orchestrator:
         transaction_id: uuid.UUID | None = None,
     ) -> SagaOutcome:
         """Create a transaction and drive it as far as it goes now."""
+        return await self._drive(await self._create(saga, aggregate, transaction_id))
+
+    async def create(
+        self,
+        saga: Saga | str,
+        aggregate: Mapping[str, Any],
+        *,
+        transaction_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
+        """Create a transaction without running a step, for event-driven flows that then
+        publish the first :class:`StepEvent` (see :meth:`deliver`)."""
+        run = await self._create(saga, aggregate, transaction_id)
+        return run.key.transaction_id
+
+    async def _create(
+        self, saga: Saga | str, aggregate: Mapping[str, Any], transaction_id: uuid.UUID | None
+    ) -> _Run:
         definition = self._saga(saga if isinstance(saga, str) else saga.name)
         key = TransactionKey.of(self.settings.instance, transaction_id or new_transaction_id())
         now = self._now()
@@ -227,9 +244,8 @@ class Orchestrator:
         await self.store.create(
             key, status=RunningStatus.STARTED, payload=encoded, now=now, restore_path=path
         )
-        run = _Run(key, definition, RunningStatus.STARTED, payload, now, [], path)
         logger.info("saga started: txn=%s saga=%s", key, definition.name)
-        return await self._drive(run)
+        return _Run(key, definition, RunningStatus.STARTED, payload, now, [], path)
 
     async def resume(self, transaction_id: uuid.UUID) -> SagaOutcome:
         """Re-invoke a transaction (the recovery engine's Retry and Restore call this).

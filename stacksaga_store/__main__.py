@@ -1,0 +1,151 @@
+"""``python -m stacksaga_store``: schema apply/check/print, show a transaction, run the demo.
+
+Exit codes: 0 success; 1 the schema check found errors (or the demo ended wrongly);
+2 bad configuration or usage; 3 Cassandra unreachable or a node failed to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from stacksaga_store.config import StackSagaSettings, load_settings
+from stacksaga_store.cql import StoreUnavailableError
+from stacksaga_store.driver import load_driver_config
+from stacksaga_store.errors import ConfigError, SchemaMismatchError, TransactionNotFoundError
+from stacksaga_store.runtime import connect_sync, open_runtime
+from stacksaga_store.schema import Severity, apply_schema, check_schema, schema_cql
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_CONFIG, EXIT_UNAVAILABLE = 0, 1, 2, 3
+DEMO_NODE_IP = "127.0.2.1"
+
+
+def _settings(args: argparse.Namespace) -> StackSagaSettings:
+    return load_settings(args.config)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    driver = load_driver_config(settings)
+    schema = settings.cassandra.schema_
+    if args.action == "print":
+        print(schema_cql(driver.keyspace, schema), end="")
+        return EXIT_OK
+    cluster, session = connect_sync(settings, driver)
+    try:
+        if args.action == "apply":
+            report = apply_schema(session, driver.keyspace, schema)
+            created = ", ".join(report.created_tables) or "none"
+            print(
+                f"keyspace {report.keyspace}: created keyspace={report.created_keyspace}, "
+                f"created tables: {created}"
+            )
+            for warning in report.warnings:
+                print(warning)
+            return EXIT_OK
+        problems = check_schema(session, driver.keyspace, schema)
+    finally:
+        cluster.shutdown()
+    for problem in problems:
+        print(problem)
+    errors = [p for p in problems if p.severity is Severity.ERROR]
+    print(f"keyspace {driver.keyspace}: " + (f"{len(errors)} error(s)" if errors else "OK"))
+    return EXIT_PROBLEMS if errors else EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from stacksaga_store.demo import describe
+    from stacksaga_store.model import TransactionKey
+
+    settings = _settings(args)
+    try:
+        uuid.UUID(args.transaction_id)
+    except ValueError:
+        print(f"error: {args.transaction_id!r} is not a transaction id (UUID)", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def show() -> list[str]:
+        runtime = await open_runtime(settings)
+        try:
+            key = TransactionKey.of(settings.instance, uuid.UUID(args.transaction_id))
+            return describe(await runtime.events.read(key))
+        finally:
+            await runtime.close()
+
+    for line in asyncio.run(show()):
+        print(line)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from stacksaga_store.demo import run_demo
+
+    if args.contact_point:
+        host, _, port = args.contact_point.partition(":")
+        return asyncio.run(run_demo([(host, int(port or 9042))], print))
+    from accord_cassandra.testing.launcher import ClusterSpec, LauncherError, LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="stacksaga-demo-") as base_dir:
+        spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")
+        cluster = LocalCluster(spec, Path(base_dir))
+        print(f"starting a Cassandra node on {args.node_ip}:9042 (takes ~10-30 s) ...")
+        try:
+            cluster.start()
+        except LauncherError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        try:
+            return asyncio.run(run_demo([(args.node_ip, spec.native_port)], print))
+        finally:
+            print("stopping the demo node ...")
+            cluster.stop(clean=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stacksaga_store", description=__doc__)
+    parser.add_argument("--config", type=Path, help="YAML with a `stacksaga:` section")
+    parser.add_argument("--log-level", default="WARNING", help="e.g. INFO to see each step")
+    sub = parser.add_subparsers(dest="command", required=True)
+    schema = sub.add_parser("schema", help="create or verify the keyspace and the 9 tables")
+    schema.add_argument("action", choices=("apply", "check", "print"))
+    schema.set_defaults(handler=cmd_schema)
+    show = sub.add_parser("show", help="print a transaction with its tryout history")
+    show.add_argument("transaction_id")
+    show.set_defaults(handler=cmd_show)
+    demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")
+    demo.add_argument("--node-ip", default=DEMO_NODE_IP, help="loopback address for the node")
+    demo.add_argument("--contact-point", help="use a running Cassandra (host[:port]) instead")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # The driver reports every host and reconnection at INFO; the store's own lines matter here.
+    logging.getLogger("cassandra").setLevel(max(logging.WARNING, logging.getLogger().level))
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SchemaMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except TransactionNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except StoreUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
