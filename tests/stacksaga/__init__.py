@@ -1,0 +1,1 @@
+"""Tests of stacksaga_store (seed 000, Parts 1-3)."""

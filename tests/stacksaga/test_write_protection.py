@@ -1,0 +1,226 @@
+"""Write protection on real Cassandra, with deliveries from separate processes (seed Part 3).
+
+Reference: seed 000, Part 3 "STRICT Mode" (three outcomes, crash between steps 1 and 3) and
+"RELAXED_WITH_DEDUP Mode" (read check; committed marker skips).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacksaga_store.config import ConsistencyMode
+from stacksaga_store.orchestrator import DeliveryOutcome, StepEvent
+from stacksaga_store.protection import GuardOutcome, MarkerKey
+from stacksaga_store.runtime import StoreRuntime
+from stacksaga_store.states import ExecutionType, TryoutStatus, step_id
+from tests.stacksaga._workers import (
+    COUNTED_STEP,
+    Job,
+    counting_saga,
+    deliver_worker,
+    read_lines,
+    worker_context,
+)
+from tests.stacksaga.conftest import run, settings_overrides
+
+pytestmark = pytest.mark.cassandra
+
+DELIVERIES = 20
+PROCESS_JOIN_SECONDS = 120.0
+Opener = Callable[..., Coroutine[Any, Any, StoreRuntime]]
+
+
+def deliver_from_processes(jobs: list[Job]) -> list[str]:
+    """Start one process per job, release them together, return their outcomes."""
+    context = worker_context()
+    barrier = context.Barrier(len(jobs))
+    results = context.Queue()
+    processes = [
+        context.Process(target=deliver_worker, args=(job, barrier, results)) for job in jobs
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=PROCESS_JOIN_SECONDS)[1] for _ in processes]
+    for process in processes:
+        process.join(PROCESS_JOIN_SECONDS)
+    errors = [outcome for outcome in outcomes if outcome.startswith("ERROR")]
+    assert not errors, errors[0]
+    return outcomes
+
+
+async def create_transaction(opener: Opener, domain: str, log_path: str) -> uuid.UUID:
+    runtime = await opener()
+    try:
+        orchestrator = runtime.orchestrator(sagas=[counting_saga(domain, log_path)])
+        return await orchestrator.create("counted", {"order": 1})
+    finally:
+        await runtime.close()
+
+
+def started(log: str) -> list[str]:
+    return [line for line in read_lines(log) if line.startswith("start")]
+
+
+def finished(log: str) -> list[str]:
+    return [line for line in read_lines(log) if line.startswith("done")]
+
+
+def test_strict_20_processes_run_the_step_exactly_once(
+    open_store: Opener, service_name: str, node_driver_text: str, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "calls.log")
+    transaction_id = run(create_transaction(open_store, "payment-saga", log))
+    job = Job(
+        settings_overrides(service_name), node_driver_text, transaction_id, "payment-saga", log
+    )
+
+    outcomes = deliver_from_processes([job] * DELIVERIES)
+
+    assert outcomes.count(DeliveryOutcome.EXECUTED.value) == 1, outcomes
+    duplicates = {DeliveryOutcome.ALREADY_COMMITTED.value, DeliveryOutcome.STALE.value}
+    assert set(outcomes) - {DeliveryOutcome.EXECUTED.value} <= duplicates, outcomes
+    assert len(started(log)) == 1
+    assert len(finished(log)) == 1
+    view = run(_read(open_store, transaction_id, log))
+    successes = [t for t in view.tryouts if t.status is TryoutStatus.SUCCESS]
+    assert [(t.executor, t.execution_type) for t in successes] == [
+        (COUNTED_STEP, ExecutionType.EXECUTE)
+    ]
+
+
+def test_relaxed_never_runs_after_a_committed_marker(
+    open_store: Opener, service_name: str, node_driver_text: str, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "calls.log")
+    domain = "notification-saga"
+    transaction_id = run(create_transaction(open_store, domain, log))
+    # The state a worker leaves when it dies right after the RELAXED batch (result + COMMITTED
+    # marker) and before its tryout row: only the marker can stop the duplicates now.
+    run(_commit_marker_only(open_store, transaction_id, domain, log))
+    assert len(finished(log)) == 1
+    job = Job(settings_overrides(service_name), node_driver_text, transaction_id, domain, log)
+
+    outcomes = deliver_from_processes([job] * DELIVERIES)
+
+    assert outcomes == [DeliveryOutcome.ALREADY_COMMITTED.value] * DELIVERIES
+    assert len(started(log)) == 1, "business logic ran after the marker was committed"
+
+
+async def _commit_marker_only(
+    opener: Opener, transaction_id: uuid.UUID, domain: str, log: str
+) -> None:
+    runtime = await opener()
+    try:
+        orchestrator = runtime.orchestrator(sagas=[counting_saga(domain, log)])
+        view = await orchestrator.read(transaction_id)
+        policy = runtime.settings.cassandra.write_protection.policy_for(domain)
+        assert policy.mode is ConsistencyMode.RELAXED_WITH_DEDUP
+        step = counting_saga(domain, log).step(COUNTED_STEP)
+        marker = MarkerKey(view.key, step_id(COUNTED_STEP, ExecutionType.EXECUTE))
+
+        async def action() -> bytes:
+            await step.execute(_context(view.key.transaction_id))
+            return view.record.payload
+
+        result = await runtime.protection.run(
+            marker,
+            policy,
+            action,
+            result_writes=lambda payload: [
+                _as_write(
+                    runtime.events.state_write(
+                        view.key, view.status, payload, view.record.updated_at
+                    )
+                )
+            ],
+            is_final_failure=lambda error: True,
+        )
+        assert result.outcome is GuardOutcome.EXECUTED
+    finally:
+        await runtime.close()
+
+
+def test_sigkilled_strict_holder_is_taken_over_after_the_lease_ttl(
+    open_store: Opener, service_name: str, node_driver_text: str, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "calls.log")
+    transaction_id = run(create_transaction(open_store, "payment-saga", log))
+    holder_job = Job(
+        settings_overrides(service_name),
+        node_driver_text,
+        transaction_id,
+        "payment-saga",
+        log,
+        hang=True,
+    )
+    context = worker_context()
+    results = context.Queue()
+    holder = context.Process(target=deliver_worker, args=(holder_job, None, results))
+    holder.start()
+    # The holder appends "start" only after it acquired the lease.
+    deadline = time.monotonic() + PROCESS_JOIN_SECONDS
+    while not started(log):
+        assert holder.is_alive(), "the holder exited before it took the lease"
+        assert time.monotonic() < deadline, "the holder never started the step"
+        time.sleep(0.05)
+    assert holder.pid is not None
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(PROCESS_JOIN_SECONDS)
+    assert holder.exitcode == -signal.SIGKILL
+
+    outcome, waited = run(_deliver_and_count_waits(open_store, transaction_id, log))
+
+    assert outcome is DeliveryOutcome.EXECUTED
+    assert waited >= 1, "the lease of the killed holder should still have been live"
+    assert len(started(log)) == 2  # the killed holder's start, then the new worker's
+    assert finished(log) == [f"done {os.getpid()}"]
+    view = run(_read(open_store, transaction_id, log))
+    assert [(t.executor, t.status) for t in view.tryouts] == [(COUNTED_STEP, TryoutStatus.SUCCESS)]
+
+
+async def _deliver_and_count_waits(
+    opener: Opener, transaction_id: uuid.UUID, log: str
+) -> tuple[DeliveryOutcome, int]:
+    runtime = await opener()
+    waits: list[float] = []
+    original_sleep = runtime.protection._sleep
+
+    async def counting_sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await original_sleep(seconds)
+
+    runtime.protection._sleep = counting_sleep
+    try:
+        orchestrator = runtime.orchestrator(sagas=[counting_saga("payment-saga", log)])
+        outcome = await orchestrator.deliver(StepEvent(transaction_id, COUNTED_STEP))
+        return outcome, len([w for w in waits if w >= 1.0])
+    finally:
+        await runtime.close()
+
+
+async def _read(opener: Opener, transaction_id: uuid.UUID, log: str) -> Any:
+    runtime = await opener()
+    try:
+        return await runtime.orchestrator(sagas=[counting_saga("x", log)]).read(transaction_id)
+    finally:
+        await runtime.close()
+
+
+def _context(transaction_id: uuid.UUID) -> Any:
+    from stacksaga_store.saga import StepContext
+
+    return StepContext(
+        transaction_id, "counted", COUNTED_STEP, ExecutionType.EXECUTE, "k", 1, {}, {}
+    )
+
+
+def _as_write(write: Any) -> tuple[Any, Any]:
+    return write.prepared, write.params
