@@ -378,4 +378,13 @@ def build_cluster(config: DriverConfig, settings: StackSagaSettings) -> Any:
         options["auth_provider"] = PlainTextAuthProvider(
             username=config.credentials.username, password=config.credentials.password
         )
-    return Cluster(**options)
+    from cassandra import UnresolvableContactPoints
+
+    try:
+        return Cluster(**options)
+    except UnresolvableContactPoints:
+        # The driver resolves host names here, before connecting.
+        points = ", ".join(f"{host}:{port}" for host, port in config.contact_points)
+        raise ConfigError.single(
+            f"{ROOT}.basic.contact-points", f"no contact point resolves: {points}"
+        ) from None
