@@ -80,7 +80,10 @@ class FastPathTracker(QuorumTracker):
     def vote(self, node: int, *, fast: bool) -> Progress:
         for i in self._each(node):
             if node in self.shards[i].electorate:
+                # A real answer supersedes a timeout counted against the fast path.
                 (self.fast_votes if fast else self.fast_rejects)[i].add(node)
+                if fast:
+                    self.fast_rejects[i].discard(node)
         return self.success(node)
 
     def failure(self, node: int) -> Progress:

@@ -75,12 +75,12 @@ def txn_id_of(epoch: int, hlc: int, kind: Kind, node: int) -> TxnId:
 
 
 def merge_max(a: Timestamp, b: Timestamp) -> Timestamp:
-    """The larger whole timestamp, with the larger epoch of the two.
+    """The larger whole timestamp compared without epochs, raised to the larger epoch.
 
     Taking the larger hlc field while keeping the other timestamp's node id would forge a
     timestamp nobody minted and break uniqueness (reference: Accord ``Timestamp.mergeMax``).
     """
-    larger = a if a > b else b
+    larger = a if (a.hlc, a.flags, a.node) > (b.hlc, b.flags, b.node) else b
     return larger.with_epoch_at_least(max(a.epoch, b.epoch))
 
 

@@ -25,6 +25,8 @@ Value: TypeAlias = object
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+# Tuples nest at most this deep on the wire (accord.messages.codec uses the same bound).
+MAX_VALUE_DEPTH = 32
 
 BinaryOperator = Literal["+", "-", "concat"]
 CompareOperator = Literal["=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"]
@@ -199,7 +201,10 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
             raise _EvalError(f"item {expr.index} of a {type(row).__name__}, not a tuple")
         return row[expr.index] if -len(row) <= expr.index < len(row) else None
     if isinstance(expr, MakeTuple):
-        return tuple(_evaluate(item, values) for item in expr.items)
+        made = tuple(_evaluate(item, values) for item in expr.items)
+        if _depth(made) > MAX_VALUE_DEPTH:
+            raise _EvalError(f"a tuple nested deeper than {MAX_VALUE_DEPTH} levels")
+        return made
     left = _evaluate(expr.left, values)
     right = _evaluate(expr.right, values)
     if expr.op == "concat":
@@ -221,6 +226,12 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
     return value
 
 
+def _depth(value: Value) -> int:
+    if not isinstance(value, tuple):
+        return 0
+    return 1 + max((_depth(item) for item in value), default=0)
+
+
 def _is_number(value: Value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -233,10 +244,11 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
         return left is not None
     assert predicate.right is not None  # checked in Predicate.__post_init__
     right = _evaluate(predicate.right, values)
+    # Equality is type-strict, so True never equals 1 and 1 never equals "1".
     if predicate.op == "=":
-        return left == right
+        return type(left) is type(right) and left == right
     if predicate.op == "!=":
-        return left != right
+        return not (type(left) is type(right) and left == right)
     if left is None or right is None or type(left) is not type(right):
         raise _EvalError(f"cannot order {type(left).__name__} against {type(right).__name__}")
     try:

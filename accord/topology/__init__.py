@@ -85,7 +85,9 @@ class Topology:
         object.__setattr__(self, "_ends", tuple(s.range.end for s in ordered))
 
     def shard_for(self, key: Key) -> Shard:
-        return self.shards[bisect.bisect_left(self._ends, key.token)]
+        # TOKEN_MIN belongs to no (start, end] range; Cassandra maps it to TOKEN_MAX.
+        token = TOKEN_MAX if key.token == TOKEN_MIN else key.token
+        return self.shards[bisect.bisect_left(self._ends, token)]
 
     def shards_for(self, keys: Iterable[Key]) -> tuple[Shard, ...]:
         seen: dict[TokenRange, Shard] = {}

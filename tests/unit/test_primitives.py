@@ -506,13 +506,6 @@ def test_arithmetic_beyond_64_bits_is_a_deterministic_error(name: str, start: in
     assert result.error == f"{name} overflows a signed 64-bit integer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="execute() can build tuples nested deeper than the wire's MAX_VALUE_DEPTH "
-    "(MakeTuple around a read of a maximally deep value): encode_message/encode_record then "
-    "raise CodecError, so the Apply cannot be sent nor the command journaled. Like integer "
-    "overflow, such a result should be a deterministic error result with no writes.",
-)
 def test_results_nested_beyond_the_wire_depth_are_a_deterministic_error() -> None:
     deepest = nested_tuple(MAX_VALUE_DEPTH)
     assert encode_message(ReadOk(1, TIMESTAMP_MIN, ((A, deepest),)))  # the input is encodable

@@ -169,15 +169,6 @@ def test_fast_path_tracker_matches_a_model(
     assert tracker.fast_path_succeeded() != tracker.fast_path_impossible()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FastPathTracker.vote() does not undo an earlier timeout's reject: a node whose "
-    "PreAcceptOk arrives after failure() stays in fast_rejects and is also added to "
-    "fast_votes, so it counts both for and against the fast path (QuorumTracker.success() "
-    "does discard the earlier failure). Latent: TransactionCoordinator fails every pending "
-    "node at once, which always decides, so it never feeds a late vote today; a coordinator "
-    "that times nodes out one by one would give up on a still-possible fast path.",
-)
 def test_a_late_fast_vote_supersedes_its_timeout() -> None:
     tracker = FastPathTracker((FIVE,))  # fq 4, reject 2
     replay(tracker, "f1 f2 x3 f3 s4")  # node 3 timed out, then voted fast after all
