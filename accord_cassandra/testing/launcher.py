@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from ipaddress import IPv4Address
 from pathlib import Path
 from types import TracebackType
@@ -171,7 +171,7 @@ class ClusterSpec:
     first_ip: str = "127.0.0.1"
     storage_port: int = 7000
     native_port: int = 9042
-    heap_mb: int = DEFAULT_HEAP_MB
+    heap_mb: int = field(default_factory=lambda: default_heap_mb())
     cluster_name: str = "accord_test"
     version: str = DEFAULT_VERSION
 

@@ -257,3 +257,58 @@ def test_external_cluster_refuses_non_loopback_and_node_control() -> None:
 
 def test_a_foreign_pid_is_never_taken_for_a_node(tmp_path: Path) -> None:
     assert not launcher.pid_is_node(os.getpid(), tmp_path)
+
+
+def _fake_tool(bin_dir: Path, name: str, script: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\nPATH=/usr/bin:/bin\n{script}\n")
+    tool.chmod(0o755)
+
+
+@pytest.fixture
+def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH holding only the fake tools a test writes, and an empty cache."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv(launcher.ENV_CACHE, str(tmp_path / "cache"))
+    _fake_tool(bin_dir, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
+    return bin_dir
+
+
+def test_maven_failure_shows_its_last_lines(fake_path: Path) -> None:
+    _fake_tool(
+        fake_path, "mvn", "echo 'Downloading something'; echo '[ERROR] no route' >&2; exit 1"
+    )
+    with pytest.raises(LauncherError, match=r"exit 1\)[\s\S]*\[ERROR\] no route"):
+        launcher.fetch("5.0.6")
+    assert not launcher.is_fetched(launcher.version_home("5.0.6"), "5.0.6")
+
+
+def test_maven_success_is_recorded_once(fake_path: Path) -> None:
+    script = "for a; do case $a in -DoutputDirectory=*) d=${a#*=};; esac; done\n"
+    script += 'mkdir -p "$d" && touch "$d/cassandra-all-5.0.6.jar" "$d/jamm-0.4.0.jar"'
+    _fake_tool(fake_path, "mvn", script)
+    lib = launcher.fetch("5.0.6")
+    assert sorted(p.name for p in lib.iterdir()) == ["cassandra-all-5.0.6.jar", "jamm-0.4.0.jar"]
+    _fake_tool(fake_path, "mvn", "exit 1")
+    assert launcher.fetch("5.0.6") == lib
+
+
+def test_missing_maven_is_named(fake_path: Path) -> None:
+    with pytest.raises(LauncherError, match="`mvn` not found"):
+        launcher.fetch("5.0.6")
+
+
+def test_java_24_is_refused_before_maven_runs(fake_path: Path) -> None:
+    _fake_tool(fake_path, "java", "echo 'openjdk version \"24.0.1\" 2025-04-15' >&2")
+    with pytest.raises(LauncherError, match=r"Java 24 cannot run Cassandra 5\.0"):
+        launcher.fetch("5.0.6")
+
+
+def test_missing_java_is_named(fake_path: Path) -> None:
+    (fake_path / "java").unlink()
+    with pytest.raises(LauncherError, match="`java` not found"):
+        launcher.check_java()
