@@ -351,12 +351,7 @@ class CassandraProperties(_Properties):
 
 
 def _instance_text(default: str) -> Any:
-    return Field(
-        default=default,
-        min_length=1,
-        max_length=INSTANCE_FIELD_LENGTH_MAX,
-        pattern=_PRINTABLE.pattern,
-    )
+    return Field(default=default, min_length=1, max_length=INSTANCE_FIELD_LENGTH_MAX)
 
 
 class InstanceProperties(_Properties):
@@ -369,6 +364,14 @@ class InstanceProperties(_Properties):
     region: str = _instance_text("default-region")
     cluster: str = _instance_text("default-cluster")
     service_name: str = _instance_text("default-service")
+
+    @field_validator("region", "cluster", "service_name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # These end up in partition keys and log lines; control characters are typos.
+        if value and not _PRINTABLE.match(value):
+            raise ValueError("must be printable text (no control characters)")
+        return value
 
 
 class StackSagaSettings(BaseSettings):

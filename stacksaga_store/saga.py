@@ -208,14 +208,17 @@ class SagaPayload:
             raise SagaPayloadError(f"payload is not saga JSON: {exc}") from None
         if not isinstance(document, dict) or document.get("format") != PAYLOAD_FORMAT:
             raise SagaPayloadError(f"payload format is not {PAYLOAD_FORMAT}")
-        return cls(
-            saga=str(document["saga"]),
-            steps=tuple(document["steps"]),
-            aggregate=document.get("aggregate") or {},
-            revert_hints=document.get("revert_hints") or {},
-            last_error=document.get("last_error"),
-            suspended_from=document.get("suspended_from"),
-        )
+        try:
+            return cls(
+                saga=str(document["saga"]),
+                steps=tuple(str(name) for name in document["steps"]),
+                aggregate=dict(document.get("aggregate") or {}),
+                revert_hints=dict(document.get("revert_hints") or {}),
+                last_error=document.get("last_error"),
+                suspended_from=document.get("suspended_from"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SagaPayloadError(f"payload lacks or mistypes a field: {exc!r}") from None
 
 
 class SagaPayloadError(StackSagaError):

@@ -415,3 +415,43 @@ def test_reading_an_unknown_transaction_says_so(open_store: Opener) -> None:
             await orchestrator.read(uuid.uuid4())
 
     run(with_orchestrator(open_store, body, sagas=[]))
+
+
+def test_retryable_compensation_failure_is_handed_off_then_completed(open_store: Opener) -> None:
+    script = Script()
+    script.fail[("payment", E)] = [NonRetryableStepError("card declined")]
+    script.fail[("inventory", C)] = [RetryableStepError("warehouse API timeout")]
+    recovery = RecordingRecoveryHandoff()
+
+    async def body(orchestrator: Orchestrator, runtime: StoreRuntime) -> None:
+        paused = await orchestrator.start("order", {})
+        assert paused.status is RunningStatus.REVERT_FAILED_WITH_RETRYABLE_ERROR
+        [retry] = recovery.retries()
+        assert (retry.step_name, retry.execution_type) == ("inventory", C)
+        done = await orchestrator.resume(paused.transaction_id)
+        assert done.status is RunningStatus.REVERT_COMPLETED
+        assert script.ran()[-2:] == [("inventory", C), ("inventory", C)]
+
+    run(
+        with_orchestrator(
+            open_store, body, sagas=[order_saga(script, DOMAINS["STRICT"])], recovery=recovery
+        )
+    )
+
+
+def test_cli_demo_runs_against_the_test_node(
+    cassandra_node: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stacksaga_store.__main__ import main
+    from stacksaga_store.demo import DEMO_KEYSPACE
+
+    contact = f"{cassandra_node.contact_points[0]}:{cassandra_node.native_port}"
+    try:
+        assert main(["demo", "--contact-point", contact]) == 0
+    finally:
+        session = cassandra_node.connect()
+        session.execute(f"DROP KEYSPACE IF EXISTS {DEMO_KEYSPACE}")
+    out = capsys.readouterr().out
+    assert "demo finished as expected" in out
+    for status in ("PROCESS_COMPLETED", "REVERT_COMPLETED", "FROZEN", "ADMIN_RESTORE"):
+        assert status in out
