@@ -18,8 +18,10 @@ from accord.primitives import (
     Const,
     Delete,
     Deps,
+    Item,
     Key,
     Kind,
+    MakeTuple,
     Predicate,
     Put,
     ReadOf,
@@ -32,9 +34,12 @@ from accord.primitives import (
     WriteOp,
     sim_key,
 )
+from accord.primitives.txn import BINARY_OPERATORS, COMPARE_OPERATORS, Expr
 from accord.topology import Shard, Topology, ring_topology
 
 __all__ = [
+    "BINARY_OPERATORS",
+    "COMPARE_OPERATORS",
     "BinOp",
     "Bugs",
     "ClientReply",
@@ -43,11 +48,14 @@ __all__ = [
     "DataStore",
     "Delete",
     "Deps",
+    "Expr",
     "HlcFloor",
+    "Item",
     "Journal",
     "JournalRecord",
     "Key",
     "Kind",
+    "MakeTuple",
     "Node",
     "NodeConfig",
     "Predicate",

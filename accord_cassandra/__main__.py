@@ -1,0 +1,5 @@
+import sys
+
+from accord_cassandra.cli import main
+
+sys.exit(main())

@@ -1,0 +1,136 @@
+"""``accord-cassandra``: run a sidecar, a local cluster, the demo, or one transaction."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from accord_cassandra.config import ConfigError, load
+
+
+def _log_setup(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _sidecar(args: argparse.Namespace) -> int:
+    from accord_cassandra.server import serve
+
+    try:
+        config = load(Path(args.config))
+    except ConfigError:
+        return 2
+    _log_setup(args.log_level)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        logging.getLogger(__name__).info("uvloop unavailable; using the default event loop")
+    asyncio.run(serve(config))
+    return 0
+
+
+def _cluster_up(args: argparse.Namespace) -> int:
+    from accord_cassandra.cluster import BANK_SCHEMA_CQL, LocalSidecars
+
+    directory = Path(args.dir or tempfile.mkdtemp(prefix="accord-cluster-"))
+    cassandra = None
+    launched = None
+    if args.cassandra:
+        from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+
+        launched = LocalCluster(ClusterSpec(nodes=args.nodes), directory / "cassandra")
+        launched.start()
+        session = launched.session()
+        for statement in BANK_SCHEMA_CQL:
+            session.execute(statement)
+        cassandra = {"contact_points": launched.contact_points, "keyspaces": ["bank"]}
+    cluster = LocalSidecars(
+        directory,
+        nodes=args.nodes,
+        store="cassandra" if args.cassandra else "memory",
+        cassandra=cassandra,
+    )
+    try:
+        cluster.start()
+        while all(s.alive() for s in cluster.sidecars.values()):
+            time.sleep(0.5)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+        if launched is not None:
+            launched.stop()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from accord_cassandra.demo import run
+
+    report = run(seconds=args.seconds, concurrency=args.concurrency)
+    for _name, _value in report.items():
+        pass
+    conserved = report["total_before"] == report["total_after"]
+    return 0 if conserved else 1
+
+
+def _txn(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from accord_cassandra.client import Client, TransactionError
+    from accord_cassandra.v1 import client_pb2
+
+    request = client_pb2.TransactRequest()
+    try:
+        json_format.Parse(args.request, request)
+    except json_format.ParseError:
+        return 2
+    with Client(args.address, token=args.token) as client:
+        try:
+            client.transact(request)
+        except TransactionError:
+            return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="accord-cassandra", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    sidecar = commands.add_parser("sidecar", help="run one sidecar")
+    sidecar.add_argument("--config", required=True)
+    sidecar.add_argument("--log-level", default="info")
+    sidecar.set_defaults(run=_sidecar)
+    cluster = commands.add_parser("cluster", help="local clusters")
+    cluster_commands = cluster.add_subparsers(dest="action", required=True)
+    up = cluster_commands.add_parser("up", help="run sidecars (and Cassandra) until Ctrl-C")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument(
+        "--cassandra", action="store_true", help="real Cassandra nodes from the launcher"
+    )
+    up.add_argument("--dir", help="folder for configs, journals and logs")
+    up.set_defaults(run=_cluster_up)
+    demo = commands.add_parser("demo", help="bank transfers on a local 3-sidecar cluster")
+    demo.add_argument("--seconds", type=float, default=10.0)
+    demo.add_argument("--concurrency", type=int, default=16)
+    demo.set_defaults(run=_demo)
+    txn = commands.add_parser("txn", help="submit one transaction (TransactRequest as JSON)")
+    txn.add_argument("--address", default="127.0.0.1:50051")
+    txn.add_argument("--token")
+    txn.add_argument(
+        "request",
+        help='e.g. {"lets":[{"name":"a","row":{"keyspace":"bank","table":"accounts",'
+        '"partitionKey":[{"text":"alice"}]}}]}',
+    )
+    txn.set_defaults(run=_txn)
+    args = parser.parse_args(argv)
+    return int(args.run(args))

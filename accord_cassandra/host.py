@@ -1,0 +1,232 @@
+"""The asyncio shell around one sans-IO :class:`accord.Node`.
+
+One pump task carries out the node's ``Ready`` batches strictly in order:
+
+1. ``ready = node.ready(); node.advance(ready)`` — later inputs accumulate in the next batch;
+2. the batch's journal records are appended and fsync'd (one fsync per batch: while it runs,
+   new inputs pile up in the node, so the next batch commits them as a group);
+3. only then its messages go to peers and its replies to clients;
+4. its data reads and writes are scheduled per key in order: an operation on a key starts
+   after every earlier operation on that key finished, which is the data-ordering contract
+   of :mod:`accord.api`. Failed data operations are retried with capped backoff: a
+   transaction cannot be applied halfway, and Cassandra coming back finishes it.
+
+Everything runs on one event loop thread, so the node is never touched concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from accord import ClientReply, Key, Node, NodeConfig, Topology, Txn
+from accord.api import DataRead, DataWrite, JournalRecord
+from accord.messages import Envelope
+from accord_cassandra.datastore import AsyncDataStore
+from accord_cassandra.journal import FileJournal
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.01
+DATA_RETRY_SECONDS_MAX = 2.0
+MAX_PENDING_CLIENTS = 10_000
+
+
+class WallClock:
+    """Physical microseconds (the HLC keeps timestamps unique and monotonic on top)."""
+
+    def now_micros(self) -> int:
+        return time.time_ns() // 1000
+
+
+class Overloaded(RuntimeError):
+    """Too many client transactions are in flight on this sidecar."""
+
+
+@dataclass
+class HostMetrics:
+    commits: dict[str, int] = field(default_factory=dict)
+    commit_seconds: list[float] = field(default_factory=list)
+    data_retries: int = 0
+    batches: int = 0
+
+    def observe(self, outcome: str, seconds: float) -> None:
+        self.commits[outcome] = self.commits.get(outcome, 0) + 1
+        if outcome == "ok":
+            self.commit_seconds.append(seconds)
+            if len(self.commit_seconds) > 100_000:
+                del self.commit_seconds[:50_000]
+
+
+class SidecarHost:
+    def __init__(
+        self,
+        node_id: int,
+        topology: Topology,
+        journal: FileJournal,
+        store: AsyncDataStore,
+        send: Callable[[Envelope], None],
+        *,
+        config: NodeConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.journal = journal
+        self.store = store
+        self._send = send
+        records: list[JournalRecord] = journal.replay()
+        self.node = Node(
+            node_id,
+            topology,
+            WallClock(),
+            random.Random(seed if seed is not None else time.time_ns()),
+            config=config,
+            journal=records,
+        )
+        self.metrics = HostMetrics()
+        self._wake = asyncio.Event()
+        self._clients: dict[int, tuple[asyncio.Future[ClientReply], float]] = {}
+        self._request_ids = itertools.count(1)
+        self._tails: dict[Key, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.replayed = len(records)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._pump()), asyncio.create_task(self._ticker())]
+        self._wake.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking clients and wait (bounded) for those in flight to finish."""
+        self._stopping = True
+        deadline = time.monotonic() + timeout
+        while self._clients and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in [*self._tasks, *self._tails.values()]:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                logger.debug("task ended during shutdown", exc_info=True)
+        for future, _ in self._clients.values():
+            if not future.done():
+                future.set_exception(RuntimeError("sidecar is shutting down"))
+        self.journal.close()
+        await self.store.close()
+
+    # ------------------------------------------------------------------ inputs
+
+    def deliver(self, envelope: Envelope) -> None:
+        self.node.step(envelope)
+        self._wake.set()
+
+    async def submit(self, txn: Txn, *, timeout: float) -> ClientReply:
+        if self._stopping:
+            raise Overloaded("sidecar is shutting down")
+        if len(self._clients) >= MAX_PENDING_CLIENTS:
+            raise Overloaded(f"{MAX_PENDING_CLIENTS} transactions already in flight")
+        request_id = next(self._request_ids)
+        future: asyncio.Future[ClientReply] = asyncio.get_running_loop().create_future()
+        self._clients[request_id] = (future, time.perf_counter())
+        self.node.submit(request_id, txn)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        finally:
+            self._clients.pop(request_id, None)
+
+    # ------------------------------------------------------------------ the pump
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self.node.tick()
+            self._wake.set()
+
+    async def _pump(self) -> None:
+        node = self.node
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while node.has_ready():
+                ready = node.ready()
+                node.advance(ready)
+                await self.journal.append(ready.persist)
+                self.metrics.batches += 1
+                for envelope in ready.messages:
+                    self._send(envelope)
+                for reply in ready.replies:
+                    self._answer(reply)
+                for read in ready.reads:
+                    self._schedule(read.keys, read)
+                for write in ready.writes:
+                    self._schedule(tuple(w.key for w in write.writes), write)
+
+    def _answer(self, reply: ClientReply) -> None:
+        entry = self._clients.get(reply.request_id)
+        if entry is None:
+            return
+        future, started = entry
+        self.metrics.observe(reply.outcome, time.perf_counter() - started)
+        if not future.done():
+            future.set_result(reply)
+
+    # ------------------------------------------------------------------ data work
+
+    def _schedule(self, keys: tuple[Key, ...], op: DataRead | DataWrite) -> None:
+        previous = [self._tails[k] for k in keys if k in self._tails]
+        task = asyncio.create_task(self._run_data(previous, op))
+        for key in keys:
+            self._tails[key] = task
+        task.add_done_callback(lambda done: self._forget(keys, done))
+
+    def _forget(self, keys: tuple[Key, ...], task: asyncio.Task[None]) -> None:
+        for key in keys:
+            if self._tails.get(key) is task:
+                del self._tails[key]
+
+    async def _run_data(self, previous: list[asyncio.Task[None]], op: DataRead | DataWrite) -> None:
+        if previous:
+            await asyncio.gather(*previous, return_exceptions=True)
+        delay = 0.01
+        while True:
+            try:
+                if isinstance(op, DataRead):
+                    values = await self.store.read(op.keys)
+                    self.node.read_done(op.txn_id, values)
+                else:
+                    if op.writes:
+                        await self.store.write(op.writes, op.execute_at)
+                    self.node.write_done(op.txn_id)
+                self._wake.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.metrics.data_retries += 1
+                logger.warning(
+                    "data operation failed txn_id=%s; retrying in %.2fs",
+                    op.txn_id,
+                    delay,
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, DATA_RETRY_SECONDS_MAX)
+
+    # ------------------------------------------------------------------ introspection
+
+    def pending_data_ops(self) -> int:
+        return len(self._tails)
+
+    def pending_clients(self) -> int:
+        return len(self._clients)

@@ -1,0 +1,256 @@
+"""One sidecar process: the Accord node, its journal, its data store, and its gRPC services.
+
+Services on one port: ``accord_cassandra.v1.Peer`` (replicas), ``accord_cassandra.v1.
+Transactions`` (clients; a bearer token when ``client_token`` is set) and
+``grpc.health.v1.Health``. With ``tls`` set, the port is TLS, and with
+``require_client_certificate`` also mutual TLS, which is how peers authenticate each other.
+
+Shutdown (SIGTERM/SIGINT): health turns NOT_SERVING, new transactions are refused, those in
+flight get ``drain_seconds`` to finish, then the server and the node stop. Nothing durable
+depends on a clean shutdown: a SIGKILL at any instant loses nothing acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from accord import NodeConfig, Topology, ring_topology
+from accord_cassandra.config import SidecarConfig
+from accord_cassandra.datastore import (
+    AsyncDataStore,
+    CassandraDataStore,
+    MemoryDataStore,
+    tables_from_cluster,
+)
+from accord_cassandra.host import Overloaded, SidecarHost
+from accord_cassandra.journal import FileJournal
+from accord_cassandra.metrics import MetricsServer
+from accord_cassandra.schema import Catalog
+from accord_cassandra.translate import RequestError, to_response, to_txn
+from accord_cassandra.transport import Peers, PeerServicer
+from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "accord_cassandra.v1.Transactions"
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
+    def __init__(
+        self, host: SidecarHost, catalog: Catalog, *, token: str | None, timeout: float
+    ) -> None:
+        self.host = host
+        self.catalog = catalog
+        self.token = token
+        self.timeout = timeout
+
+    async def Transact(
+        self, request: client_pb2.TransactRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> client_pb2.TransactResponse:
+        if self.token is not None:
+            supplied = dict(context.invocation_metadata() or ()).get("authorization")
+            if supplied != f"Bearer {self.token}":
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token"
+                )
+        try:
+            txn, lets = to_txn(request, self.catalog)
+        except RequestError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        try:
+            reply = await self.host.submit(txn, timeout=self.timeout)
+        except Overloaded as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "no outcome within the timeout; the transaction may still commit",
+            )
+        if reply.outcome == "invalidated":
+            await context.abort(
+                grpc.StatusCode.ABORTED,
+                "the transaction was invalidated: it did not and will not apply",
+            )
+        if reply.outcome != "ok" or reply.result is None:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "outcome unknown: the transaction may still commit"
+            )
+        assert reply.result is not None
+        return to_response(str(reply.txn_id), reply.result, lets, self.catalog)
+
+
+def _channel_factory(config: SidecarConfig) -> Any:
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    if config.tls is None:
+        return lambda address: grpc.aio.insecure_channel(address, options=options)
+    tls = config.tls
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca.read_bytes() if tls.ca else None,
+        private_key=tls.private_key.read_bytes(),
+        certificate_chain=tls.certificate.read_bytes(),
+    )
+    return lambda address: grpc.aio.secure_channel(address, credentials, options=options)
+
+
+def _server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
+    tls = config.tls
+    if tls is None:
+        return None
+    return grpc.ssl_server_credentials(
+        [(tls.private_key.read_bytes(), tls.certificate.read_bytes())],
+        root_certificates=tls.ca.read_bytes() if tls.ca else None,
+        require_client_auth=tls.require_client_certificate,
+    )
+
+
+def _connect_cassandra(config: SidecarConfig) -> Any:
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    settings = config.cassandra
+    auth = (
+        PlainTextAuthProvider(settings.username, settings.password or "")
+        if settings.username is not None
+        else None
+    )
+    cluster = Cluster(
+        settings.contact_points,
+        port=settings.port,
+        auth_provider=auth,
+        protocol_version=5,
+        connect_timeout=settings.connect_timeout_seconds,
+        load_balancing_policy=TokenAwarePolicy(
+            DCAwareRoundRobinPolicy(local_dc=settings.local_datacenter)
+        ),
+    )
+    return cluster, cluster.connect()
+
+
+def node_config(config: SidecarConfig) -> NodeConfig:
+    timing = config.timing
+    return NodeConfig(
+        retry_micros=timing.retry_ms * 1000,
+        recover_delay_micros=timing.recover_delay_ms * 1000,
+        recover_delay_other_micros=3 * timing.recover_delay_ms * 1000,
+        preaccept_timeout_micros=timing.preaccept_timeout_ms * 1000,
+        client_timeout_micros=timing.client_timeout_ms * 1000,
+        reorder_buffer_micros=timing.reorder_buffer_ms * 1000,
+    )
+
+
+def static_topology(config: SidecarConfig) -> Topology:
+    return ring_topology(
+        sorted(config.peers), config.replication_factor, shards_per_node=config.shards_per_node
+    )
+
+
+class Sidecar:
+    """Everything one sidecar runs, started and stopped together."""
+
+    def __init__(self, config: SidecarConfig) -> None:
+        self.config = config
+        self.cluster: Any = None
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.metrics: MetricsServer | None = None
+
+    async def start(self) -> None:
+        config = self.config
+        started = time.perf_counter()
+        store: AsyncDataStore
+        if config.store == "cassandra":
+            self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
+            catalog = Catalog(
+                tables_from_cluster(self.cluster.metadata, config.cassandra.keyspaces)
+            )
+            store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
+        else:
+            catalog = Catalog.from_mapping(config.tables)
+            store = MemoryDataStore()
+        self.catalog = catalog
+        journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
+        self.peers = Peers(config.node_id, config.peers, _channel_factory(config))
+        self.host = SidecarHost(
+            config.node_id,
+            static_topology(config),
+            journal,
+            store,
+            self.peers.send,
+            config=node_config(config),
+        )
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        peer_pb2_grpc.add_PeerServicer_to_server(
+            PeerServicer(config.node_id, self.host.deliver, self.peers.metrics), server
+        )
+        client_pb2_grpc.add_TransactionsServicer_to_server(
+            TransactionsServicer(
+                self.host,
+                catalog,
+                token=config.client_token,
+                timeout=config.timing.client_timeout_ms / 1000,
+            ),
+            server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        credentials = _server_credentials(config)
+        if credentials is None:
+            server.add_insecure_port(config.listen)
+        else:
+            server.add_secure_port(config.listen, credentials)
+        self.server = server
+        self.host.start()
+        self.peers.start()
+        await server.start()
+        if config.metrics_listen is not None:
+            self.metrics = MetricsServer(config.metrics_listen, self)
+            await self.metrics.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        logger.info(
+            "sidecar started node=%d listen=%s store=%s replayed=%d seconds=%.2f",
+            config.node_id,
+            config.listen,
+            config.store,
+            self.host.replayed,
+            time.perf_counter() - started,
+        )
+
+    async def stop(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.host.drain(self.config.drain_seconds)
+        if self.server is not None:
+            await self.server.stop(grace=1.0)
+        if self.metrics is not None:
+            await self.metrics.stop()
+        await self.host.stop()
+        await self.peers.close()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.shutdown)
+        logger.info("sidecar stopped node=%d", self.config.node_id)
+
+
+async def serve(config: SidecarConfig) -> None:
+    """Run a sidecar until SIGTERM or SIGINT."""
+    sidecar = Sidecar(config)
+    await sidecar.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await sidecar.stop()
