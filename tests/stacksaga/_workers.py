@@ -14,7 +14,7 @@ import os
 import traceback
 import uuid
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ class Job:
     domain: str
     log_path: str
     hang: bool = False
+    hold_seconds: float = 0.0  # how long the business logic takes
 
 
 def append_line(path: str, line: str) -> None:
@@ -54,11 +55,14 @@ def read_lines(path: str) -> list[str]:
     return file.read_text().splitlines() if file.exists() else []
 
 
-def counting_saga(domain: str, log_path: str, *, hang: bool = False) -> Saga:
-    """reserve (counted; optionally hangs after starting) then notify."""
+def counting_saga(
+    domain: str, log_path: str, *, hang: bool = False, hold_seconds: float = 0.0
+) -> Saga:
+    """reserve (counted; optionally slow, or hanging after starting) then notify."""
 
     async def reserve(ctx: StepContext) -> dict[str, Any]:
         append_line(log_path, f"start {os.getpid()}")
+        await asyncio.sleep(hold_seconds)
         if hang:
             # Holds the lease until the test SIGKILLs this process.
             await asyncio.Event().wait()
@@ -82,7 +86,11 @@ async def _deliver(job: Job, barrier: Barrier | None) -> str:
     )
     try:
         orchestrator = runtime.orchestrator(
-            sagas=[counting_saga(job.domain, job.log_path, hang=job.hang)]
+            sagas=[
+                counting_saga(
+                    job.domain, job.log_path, hang=job.hang, hold_seconds=job.hold_seconds
+                )
+            ]
         )
         if barrier is not None:
             # Every worker is connected and prepared; release them together.
@@ -101,7 +109,7 @@ def deliver_worker(job: Job, barrier: Barrier | None, results: Any) -> None:
         results.put((os.getpid(), "ERROR " + traceback.format_exc()))
 
 
-def worker_context() -> BaseContext:
+def worker_context() -> ForkServerContext:
     """forkserver: a clean parent with the driver already imported, no driver threads."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -197,7 +198,7 @@ def test_environment_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     ],
 )
 def test_bad_values_name_the_property(
-    overrides: dict[str, object], property_name: str, fragment: str
+    overrides: dict[str, Any], property_name: str, fragment: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(**overrides)

@@ -78,8 +78,14 @@ def test_strict_20_processes_run_the_step_exactly_once(
 ) -> None:
     log = str(tmp_path / "calls.log")
     transaction_id = run(create_transaction(open_store, "payment-saga", log))
+    # The logic takes a while, so most deliveries meet the live lease and must back off.
     job = Job(
-        settings_overrides(service_name), node_driver_text, transaction_id, "payment-saga", log
+        settings_overrides(service_name),
+        node_driver_text,
+        transaction_id,
+        "payment-saga",
+        log,
+        hold_seconds=0.5,
     )
 
     outcomes = deliver_from_processes([job] * DELIVERIES)
