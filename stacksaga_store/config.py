@@ -448,7 +448,7 @@ def load_settings(yaml_path: str | Path | None = None, **overrides: Any) -> Stac
 
 def _read_yaml_section(path: Path) -> dict[str, Any]:
     # PyYAML ships no type information; the dev extra should add types-PyYAML.
-    import yaml  # type: ignore[import-untyped, unused-ignore]
+    import yaml
 
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
