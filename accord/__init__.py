@@ -14,6 +14,8 @@ from accord.api import ClientReply, Clock, DataStore, HlcFloor, Journal, Journal
 from accord.local.commands import Bugs
 from accord.node import Node, NodeConfig
 from accord.primitives import (
+    TOKEN_MAX,
+    TOKEN_MIN,
     BinOp,
     Const,
     Delete,
@@ -27,6 +29,7 @@ from accord.primitives import (
     ReadOf,
     Status,
     Timestamp,
+    TokenRange,
     Txn,
     TxnId,
     TxnResult,
@@ -40,6 +43,8 @@ from accord.topology import Shard, Topology, ring_topology
 __all__ = [
     "BINARY_OPERATORS",
     "COMPARE_OPERATORS",
+    "TOKEN_MAX",
+    "TOKEN_MIN",
     "BinOp",
     "Bugs",
     "ClientReply",
@@ -65,6 +70,7 @@ __all__ = [
     "Shard",
     "Status",
     "Timestamp",
+    "TokenRange",
     "Topology",
     "Txn",
     "TxnId",

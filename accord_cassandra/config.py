@@ -74,6 +74,8 @@ class SidecarConfig(BaseSettings):
     replication_factor: int = Field(default=3, ge=1)
     shards_per_node: int = Field(default=4, ge=1, le=256)
     topology: Literal["static", "cassandra"] = "static"
+    # With topology: cassandra, the Cassandra node (address) each sidecar runs beside.
+    cassandra_hosts: dict[int, str] = Field(default_factory=dict)
     journal_dir: Path
     journal_fsync: bool = True
     store: Literal["memory", "cassandra"] = "memory"
@@ -117,6 +119,14 @@ class SidecarConfig(BaseSettings):
             )
         if self.store == "cassandra" and not self.cassandra.keyspaces:
             raise ValueError("store: cassandra needs cassandra.keyspaces (the keyspaces to serve)")
+        if self.topology == "cassandra":
+            if self.store != "cassandra":
+                raise ValueError("topology: cassandra needs store: cassandra")
+            missing = sorted(set(self.peers) - set(self.cassandra_hosts))
+            if missing:
+                raise ValueError(
+                    f"cassandra_hosts must name the Cassandra node beside sidecars {missing}"
+                )
         if self.store == "memory" and not self.tables:
             raise ValueError("store: memory needs tables (their columns and types)")
         return self

@@ -180,9 +180,18 @@ class Sidecar:
         self.catalog = catalog
         journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
         self.peers = Peers(config.node_id, config.peers, _channel_factory(config))
+        if config.topology == "cassandra":
+            from accord_cassandra.topology import topology_from_cassandra
+
+            sidecar_of_host = {address: node for node, address in config.cassandra_hosts.items()}
+            topology = topology_from_cassandra(
+                self.cluster.metadata, config.cassandra.keyspaces[0], sidecar_of_host
+            )
+        else:
+            topology = static_topology(config)
         self.host = SidecarHost(
             config.node_id,
-            static_topology(config),
+            topology,
             journal,
             store,
             self.peers.send,
