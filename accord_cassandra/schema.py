@@ -24,6 +24,8 @@ TEXT_TYPES = frozenset({"text", "varchar", "ascii"})
 SUPPORTED_TYPES = frozenset({*INT_TYPES, *TEXT_TYPES, "blob", "boolean", "uuid", "timeuuid"})
 # A row or value larger than this is refused before it reaches the protocol.
 MAX_VALUE_BYTES = 64 * 1024
+# Cassandra's limit on a serialized partition key (an unsigned 16-bit length).
+MAX_PARTITION_KEY_BYTES = 0xFFFF
 
 
 class SchemaError(ValueError):
@@ -76,7 +78,18 @@ class TableSchema:
             serialize(name, cql_type, value, self.qualified)
             for (name, cql_type), value in zip(self.partition_key, values, strict=True)
         ]
-        return parts[0] if len(parts) == 1 else tokens.composite_key(parts)
+        try:
+            routing = parts[0] if len(parts) == 1 else tokens.composite_key(parts)
+        except ValueError as error:  # a component too long for its 16-bit length prefix
+            raise SchemaError(f"{self.qualified}: {error}") from None
+        if len(routing) > MAX_PARTITION_KEY_BYTES:
+            # Cassandra refuses longer keys, so a committed write to one could never land:
+            # every replica would retry it forever.
+            raise SchemaError(
+                f"{self.qualified}: a partition key of {len(routing)} bytes exceeds Cassandra's "
+                f"limit of {MAX_PARTITION_KEY_BYTES} bytes"
+            )
+        return routing
 
     def key(self, values: Sequence[object]) -> Key:
         routing = self.routing_key(values)
@@ -117,9 +130,13 @@ def check_type(where: str, cql_type: str, value: object) -> object:
         return value
     if cql_type in ("uuid", "timeuuid"):
         try:
-            return str(uuid.UUID(str(value)))
+            parsed = uuid.UUID(str(value))
         except ValueError:
             raise SchemaError(f"{where} is {cql_type}; {value!r} is not a UUID") from None
+        if cql_type == "timeuuid" and parsed.version != 1:
+            # Cassandra refuses any other version in a timeuuid column, after commit.
+            raise SchemaError(f"{where} is timeuuid; {value!r} is not a version 1 UUID")
+        return str(parsed)
     raise SchemaError(f"{where}: CQL type {cql_type} is not supported")
 
 

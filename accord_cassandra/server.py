@@ -63,11 +63,11 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                     grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token"
                 )
         try:
-            txn, lets = to_txn(request, self.catalog)
+            translation = to_txn(request, self.catalog)
         except RequestError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         try:
-            reply = await self.host.submit(txn, timeout=self.timeout)
+            reply = await self.host.submit(translation.txn, timeout=self.timeout)
         except Overloaded as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         except TimeoutError:
@@ -85,7 +85,13 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                 grpc.StatusCode.UNAVAILABLE, "outcome unknown: the transaction may still commit"
             )
         assert reply.result is not None
-        return to_response(str(reply.txn_id), reply.result, lets, self.catalog)
+        return to_response(
+            str(reply.txn_id),
+            reply.result,
+            translation.lets,
+            self.catalog,
+            range_checked=translation.range_checked,
+        )
 
 
 def _channel_factory(config: SidecarConfig) -> Any:
