@@ -12,6 +12,12 @@ crash can leave a torn final frame; replay stops there and truncates it, since n
 torn frame was ever acknowledged (the fsync had not returned). A bad frame *followed by good
 ones* is corruption, and the sidecar refuses to start rather than forget promises.
 
+The CRC is seeded with the frame's own file offset. Payloads carry client values verbatim
+(a blob can hold any bytes, including a well-formed frame), and telling a torn tail from
+corruption means looking for good frames after a bad one: with the offset in the CRC, bytes
+inside a value never pass for a frame, so a crash that cuts the file just after such a
+value is still a torn tail and not a journal the sidecar refuses to open.
+
 On open, a journal larger than ``compact_bytes`` is rewritten with only the latest
 snapshot of each transaction and the highest HLC floor (write, fsync, rename, fsync dir).
 """
@@ -52,6 +58,7 @@ class FileJournal:
         if self.path.exists() and self.path.stat().st_size > compact_bytes:
             self._compact()
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held for the process lifetime
+        self._size = self.path.stat().st_size  # where the next frame starts (its CRC seed)
         self.syncs = 0
         self.sync_seconds = 0.0
         self.appended = 0
@@ -92,7 +99,7 @@ class FileJournal:
         if length > MAX_RECORD_BYTES or end > len(data):
             return None, offset
         payload = data[start:end]
-        if zlib.crc32(payload) != crc:
+        if _crc(payload, offset) != crc:
             return None, offset
         try:
             return decode_record(payload), end
@@ -118,7 +125,7 @@ class FileJournal:
         kept: list[JournalRecord] = [HlcFloor(floor), *latest.values()]
         temporary = self.path.with_suffix(".compact")
         with open(temporary, "wb") as handle:
-            handle.write(b"".join(_frame_bytes(r) for r in kept))
+            handle.write(_frames(kept, 0))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
@@ -131,7 +138,11 @@ class FileJournal:
         """Write ``records`` and make them durable before returning (one fsync)."""
         if not records:
             return
-        self._file.write(b"".join(_frame_bytes(r) for r in records))
+        data = memoryview(_frames(records, self._size))
+        written = 0
+        while written < len(data):  # an unbuffered write may be short
+            written += self._file.write(data[written:]) or 0
+        self._size += len(data)
         if self.fsync:
             started = time.perf_counter()
             os.fsync(self._file.fileno())
@@ -150,9 +161,23 @@ class FileJournal:
         self._file.close()
 
 
-def _frame_bytes(record: JournalRecord) -> bytes:
+def _crc(payload: bytes, offset: int) -> int:
+    return zlib.crc32(payload, zlib.crc32(offset.to_bytes(8, "big")))
+
+
+def _frame_bytes(record: JournalRecord, offset: int) -> bytes:
+    """One frame for ``record``, to be written at byte ``offset`` of the file."""
     payload = encode_record(record)
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+    return _HEADER.pack(len(payload), _crc(payload, offset)) + payload
+
+
+def _frames(records: Sequence[JournalRecord], offset: int) -> bytes:
+    frames = []
+    for record in records:
+        frame = _frame_bytes(record, offset)
+        frames.append(frame)
+        offset += len(frame)
+    return b"".join(frames)
 
 
 def _fsync_directory(directory: Path) -> None:
