@@ -133,7 +133,9 @@ class SidecarConfig(BaseSettings):
 
 
 def load(path: Path | None = None, **overrides: Any) -> SidecarConfig:
-    """Read ``path`` (YAML), apply environment variables, then ``overrides``."""
+    """Read ``path`` (YAML) merged with keyword ``overrides``; ``ACCORD_SIDECAR_*``
+    environment variables beat both (pydantic-settings ranks the environment above
+    constructor arguments, see ``settings_customise_sources``)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:

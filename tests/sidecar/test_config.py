@@ -1,0 +1,128 @@
+"""Sidecar configuration: YAML plus ACCORD_SIDECAR_* environment, errors naming the field."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from accord_cassandra.config import ConfigError, SidecarConfig, load
+
+BASE: dict[str, Any] = {
+    "node_id": 1,
+    "listen": "127.0.0.1:50051",
+    "peers": {1: "127.0.0.1:50051", 2: "127.0.0.1:50052", 3: "127.0.0.1:50053"},
+    "journal_dir": "/tmp/accord-test-journal",
+    "tables": {"bank.accounts": {"partition_key": [["id", "text"]], "columns": [["b", "bigint"]]}},
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own ACCORD_SIDECAR_* variables must not leak into these tests.
+    for name in list(os.environ):
+        if name.startswith("ACCORD_SIDECAR_"):
+            monkeypatch.delenv(name)
+
+
+def write(tmp_path: Path, **changes: Any) -> Path:
+    data = {**BASE, **changes}
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def error_of(tmp_path: Path, **changes: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, **changes))
+    return str(caught.value)
+
+
+def test_a_valid_file_loads(tmp_path: Path) -> None:
+    config = load(write(tmp_path))
+    assert isinstance(config, SidecarConfig)
+    assert config.node_id == 1 and config.peers[3] == "127.0.0.1:50053"
+    assert config.store == "memory" and config.journal_fsync
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragments"),
+    [
+        pytest.param({"listen": "nowhere"}, ["listen", "'nowhere' is not host:port"], id="listen"),
+        pytest.param({"listen": "127.0.0.1:70000"}, ["listen", "host:port"], id="listen-port"),
+        pytest.param({"metrics_listen": ":9"}, ["metrics_listen", "host:port"], id="metrics"),
+        pytest.param({"node_id": 4}, ["peers must include this node (4)"], id="peers-entry"),
+        pytest.param({"node_id": 2000}, ["node_id", "1023"], id="node-id-range"),
+        pytest.param({"peers": None}, ["peers", "required"], id="peers-missing"),
+        pytest.param(
+            {"replication_factor": 5}, ["replication_factor 5 exceeds the 3 peers"], id="rf"
+        ),
+        pytest.param(
+            {"store": "cassandra"}, ["store: cassandra needs cassandra.keyspaces"], id="keyspaces"
+        ),
+        pytest.param({"store": "sqlite"}, ["store", "'memory' or 'cassandra'"], id="store-kind"),
+        pytest.param({"tables": {}}, ["store: memory needs tables"], id="memory-tables"),
+        pytest.param({"bogus": 1}, ["bogus", "Extra inputs are not permitted"], id="unknown"),
+        pytest.param(
+            {"cassandra": {"keyspaces": ["bank"], "colour": "red"}},
+            ["cassandra.colour", "Extra inputs"],
+            id="unknown-nested",
+        ),
+        pytest.param(
+            {"cassandra": {"consistency": "ONE"}}, ["cassandra.consistency", "QUORUM"], id="cl"
+        ),
+        pytest.param({"timing": {"retry_ms": 0}}, ["timing.retry_ms"], id="timing"),
+    ],
+)
+def test_errors_name_the_field(
+    tmp_path: Path, changes: dict[str, Any], fragments: list[str]
+) -> None:
+    message = error_of(tmp_path, **changes)
+    assert message.startswith("invalid sidecar config:")
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load(tmp_path / "absent.yaml")
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load(path)
+    path.write_text("node_id: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load(path)
+
+
+def test_environment_beats_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(
+        tmp_path,
+        store="cassandra",
+        cassandra={"keyspaces": ["bank"], "username": "yaml-user", "password": "yaml-secret"},
+    )
+    monkeypatch.setenv("ACCORD_SIDECAR_LISTEN", "127.0.0.1:6000")
+    monkeypatch.setenv("ACCORD_SIDECAR_CASSANDRA__PASSWORD", "env-secret")
+    monkeypatch.setenv("ACCORD_SIDECAR_CLIENT_TOKEN", "env-token")
+    config = load(path)
+    assert config.listen == "127.0.0.1:6000"
+    assert config.client_token == "env-token"
+    # A nested variable replaces one field and keeps the file's siblings.
+    assert config.cassandra.password == "env-secret"
+    assert config.cassandra.username == "yaml-user"
+    assert config.cassandra.keyspaces == ["bank"]
+    # Keyword overrides merge with the file; the environment still wins over them.
+    assert load(path, listen="127.0.0.1:7000", drain_seconds=1).listen == "127.0.0.1:6000"
+    assert load(path, drain_seconds=1).drain_seconds == 1
+
+
+def test_a_bad_environment_value_names_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCORD_SIDECAR_NODE_ID", "one")
+    message = error_of(tmp_path)
+    assert "node_id" in message and "integer" in message
