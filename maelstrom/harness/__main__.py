@@ -35,7 +35,7 @@ from maelstrom.harness.report import (
     results_mapping,
     write_results,
 )
-from maelstrom.harness.runner import Runner, TestConfig
+from maelstrom.harness.runner import RunConfig, Runner
 from maelstrom.history import WORKLOADS, load
 from maelstrom.linearizable import DEFAULT_MAX_STATES
 from maelstrom.porcupine_driver import DEFAULT_CHECK_TIMEOUT_SECONDS
@@ -92,11 +92,11 @@ def _concurrency(text: str, node_count: int) -> int:
     return int(text)
 
 
-def _config(args: argparse.Namespace, node_args: Sequence[str]) -> TestConfig:
+def _config(args: argparse.Namespace, node_args: Sequence[str]) -> RunConfig:
     command: tuple[str, ...] = (sys.executable, "-m", "maelstrom.node")
     if args.bin:
         command = tuple(shlex.split(args.bin))
-    return TestConfig(
+    return RunConfig(
         workload=args.workload,
         node_count=args.node_count,
         time_limit_s=args.time_limit,

@@ -116,9 +116,14 @@ class NodeProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def close_input(self) -> None:
+        """Close the node's stdin once queued lines are written: it should then exit.
+        Calling this on every node before :meth:`stop` lets them all exit at once."""
+        self._outbox.put(None)
+
     def stop(self) -> int | None:
         """Close stdin, then escalate; returns the exit status (None if it never died)."""
-        self._outbox.put(None)
+        self.close_input()
         status: int | None = None
         for action in (None, self.process.terminate, self.process.kill):
             if action is not None:

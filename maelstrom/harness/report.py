@@ -91,10 +91,12 @@ def _run_checks(record: RunRecord) -> list[CheckResult]:
             )
         )
     if record.aborted is not None:
-        checks.append(CheckResult("run", None, f"aborted: {record.aborted}"))
+        checks.append(CheckResult("run-aborted", None, record.aborted))
     if record.crashed_nodes:
         checks.append(
-            CheckResult("run", None, f"node(s) exited mid-test: {', '.join(record.crashed_nodes)}")
+            CheckResult(
+                "node-crashes", None, f"node(s) exited mid-test: {', '.join(record.crashed_nodes)}"
+            )
         )
     return checks
 

@@ -38,6 +38,7 @@ import json
 import logging
 import queue
 import random
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -77,7 +78,7 @@ OK_TYPES: Final = {"read": "read_ok", "write": "write_ok", "cas": "cas_ok", "txn
 
 
 @dataclass(frozen=True, slots=True)
-class TestConfig:
+class RunConfig:
     """Everything that determines a run (``maelstrom test`` options, by their names)."""
 
     workload: str
@@ -157,7 +158,7 @@ class _Worker:
 class RunRecord:
     """What a run produced, before checking: the history and the harness's counters."""
 
-    config: TestConfig
+    config: RunConfig
     events: list[Event] = field(default_factory=list)
     net: NetStats = field(default_factory=NetStats)
     protocol_errors: list[str] = field(default_factory=list)
@@ -178,7 +179,7 @@ class _Abort(Exception):
 class Runner:
     """Runs one test; :meth:`run` always stops every node it started."""
 
-    def __init__(self, config: TestConfig, results_dir: Path) -> None:
+    def __init__(self, config: RunConfig, results_dir: Path) -> None:
         self.config = config
         self.results_dir = results_dir
         self.rng = random.Random(config.seed)
@@ -228,7 +229,10 @@ class Runner:
         logs.mkdir(parents=True, exist_ok=True)
         command = (*self.config.node_command, *self.config.node_args)
         for name in self.config.nodes:
-            self.nodes[name] = NodeProcess(name, command, logs / f"{name}.log", self.inbox)
+            try:
+                self.nodes[name] = NodeProcess(name, command, logs / f"{name}.log", self.inbox)
+            except OSError as error:
+                raise _Abort(f"cannot start {shlex.join(command)}: {error}") from None
 
     # ------------------------------------------------------------------ time
 
@@ -257,6 +261,8 @@ class Runner:
             logger.error("run aborted: %s", abort)
         finally:
             self.record.duration_s = time.monotonic() - self.start
+            for node in self.nodes.values():
+                node.close_input()
             for name, node in self.nodes.items():
                 self.record.exit_statuses[name] = node.stop()
         self.record.keys_used = self.generator.keys_used
@@ -296,7 +302,10 @@ class Runner:
             body = {"type": "init", "msg_id": 1, "node_id": name, "node_ids": list(nodes)}
             self._client_send(client, name, body)
         deadline = self.now() + INIT_TIMEOUT_SECONDS
-        self._loop(lambda: not self.pending_init, deadline)
+        crashed = self.record.crashed_nodes
+        self._loop(lambda: not self.pending_init or bool(crashed), deadline)
+        if crashed:
+            raise _Abort(f"node(s) {', '.join(crashed)} exited during init")
         if self.pending_init:
             raise _Abort(
                 f"{len(self.pending_init)} node(s) did not answer init_ok within "
@@ -533,4 +542,4 @@ def _completed_value(invocation: Invocation, body: dict[str, Any]) -> Any:
     return json.loads(json.dumps(txn))
 
 
-__all__ = ["RunRecord", "Runner", "TestConfig"]
+__all__ = ["RunConfig", "RunRecord", "Runner"]
