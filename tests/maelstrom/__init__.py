@@ -1,0 +1,1 @@
+"""Tests of the Maelstrom node, harness and checkers (``maelstrom/``)."""
