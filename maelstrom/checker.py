@@ -219,6 +219,7 @@ def check_txn_rw_register(
         prune_unobserved(txn_lin_ops(operations)), RegisterDatabase(), max_states=max_states
     )
     details = {
+        "anomaly-types": inferred.details["anomaly-types"],
         "inference": {"valid?": inferred.valid, **inferred.details},
         "search": {
             "valid?": searched.valid,
