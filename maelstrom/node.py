@@ -55,12 +55,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Final
 
-from accord import ClientReply, Clock, Node, NodeConfig, Timestamp, TxnResult, ring_topology
-from accord.api import DataRead, DataWrite, JournalRecord, Ready
-from accord.local.command import CommandSnapshot
+from accord import (
+    ClientReply,
+    Clock,
+    Key,
+    Node,
+    NodeConfig,
+    Timestamp,
+    TxnId,
+    TxnResult,
+    WriteOp,
+    ring_topology,
+)
+from accord.api import CommandSnapshot, DataRead, DataWrite, JournalRecord, Ready
 from accord.messages import Envelope, Message
 from accord.messages.codec import CodecError, decode_message, encode_message
-from accord.primitives import Key, TxnId, Value, WriteOp
 from maelstrom.operations import (
     CLIENT_TYPES,
     ClientRequest,
@@ -109,9 +118,9 @@ class MemoryStore:
     __slots__ = ("cells",)
 
     def __init__(self) -> None:
-        self.cells: dict[Key, tuple[Timestamp, Value]] = {}
+        self.cells: dict[Key, tuple[Timestamp, object]] = {}
 
-    def read(self, keys: Sequence[Key]) -> dict[Key, Value]:
+    def read(self, keys: Sequence[Key]) -> dict[Key, object]:
         return {k: self.cells[k][1] if k in self.cells else None for k in keys}
 
     def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
@@ -120,7 +129,7 @@ class MemoryStore:
             if current is None or current[0] < execute_at:
                 self.cells[write.key] = (execute_at, None if write.delete else write.value)
 
-    def value(self, key: Key) -> Value:
+    def value(self, key: Key) -> object:
         cell = self.cells.get(key)
         return None if cell is None else cell[1]
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from accord import BinOp, Const, Key, Predicate, Put, ReadOf, Txn, TxnResult, Update, sim_key
-from accord.primitives import Expr
 from maelstrom.protocol import ErrorCode
 
 MAX_TXN_MICRO_OPS: Final = 64
@@ -203,7 +202,7 @@ def to_txn(request: ClientRequest) -> Txn:
 def _compile_txn(request: TxnRequest) -> Txn:
     reads = sorted({key_of(m.key) for m in request.mops if m.f == "r"})
     # Per written key, the expression its final value is; dict order = first write order.
-    values: dict[Key, Expr] = {}
+    values: dict[Key, Const | ReadOf | BinOp] = {}
     for mop in request.mops:
         if mop.f == "r":
             continue
@@ -211,7 +210,7 @@ def _compile_txn(request: TxnRequest) -> Txn:
         if mop.f == "w":
             values[key] = Const(mop.value)
             continue
-        current = values.get(key, ReadOf(key, ()))
+        current: Const | ReadOf | BinOp = values.get(key, ReadOf(key, ()))
         if isinstance(current, BinOp) and isinstance(current.right, Const):
             # Consecutive appends to one key fold into one constant suffix.
             suffix = current.right.value

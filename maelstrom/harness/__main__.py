@@ -129,8 +129,13 @@ def _word(valid: bool | None) -> str:
 
 
 def _recheck(path: str, options: CheckOptions) -> int:
-    workload, events = load(path)
-    analysis = analyse(workload, events, options)
+    try:
+        workload, events = load(path)
+        analysis = analyse(workload, events, options)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        # A history this tool did not write, or a damaged one: say which, exit unknown.
+        print(f"cannot check {path}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     print(f"{workload} history {path}: {len(events)} events")
     _print_checks(analysis)
     print(f"valid? {_word(analysis.valid)}")
