@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import sys
 import tempfile
@@ -27,7 +29,8 @@ def _sidecar(args: argparse.Namespace) -> int:
 
     try:
         config = load(Path(args.config))
-    except ConfigError:
+    except ConfigError as error:
+        _err(str(error))
         return 2
     _log_setup(args.log_level)
     try:
@@ -63,8 +66,15 @@ def _cluster_up(args: argparse.Namespace) -> int:
     )
     try:
         cluster.start()
+        for sidecar in cluster.sidecars.values():
+            _out(
+                f"sidecar {sidecar.node_id}: {sidecar.address} metrics "
+                f"http://{sidecar.metrics_address}/metrics log {sidecar.log_path}"
+            )
+        _out(f"configs and journals in {directory}; Ctrl-C stops the cluster")
         while all(s.alive() for s in cluster.sidecars.values()):
             time.sleep(0.5)
+        _err("a sidecar exited; stopping the cluster")
         return 1
     except KeyboardInterrupt:
         return 0
@@ -78,9 +88,10 @@ def _demo(args: argparse.Namespace) -> int:
     from accord_cassandra.demo import run
 
     report = run(seconds=args.seconds, concurrency=args.concurrency)
-    for _name, _value in report.items():
-        pass
+    for name, value in report.items():
+        _out(f"{name}: {value}")
     conserved = report["total_before"] == report["total_after"]
+    _out("total conserved" if conserved else "TOTAL NOT CONSERVED")
     return 0 if conserved else 1
 
 
@@ -93,14 +104,34 @@ def _txn(args: argparse.Namespace) -> int:
     request = client_pb2.TransactRequest()
     try:
         json_format.Parse(args.request, request)
-    except json_format.ParseError:
+    except json_format.ParseError as error:
+        _err(f"not a TransactRequest in JSON: {error}")
         return 2
     with Client(args.address, token=args.token) as client:
         try:
-            client.transact(request)
-        except TransactionError:
+            result = client.transact(request)
+        except TransactionError as error:
+            _err(str(error))
             return 1
+    _out(json.dumps(dataclasses.asdict(result), default=_json_value, sort_keys=True))
     return 0
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return {"blob": value.hex()}
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# The CLI's output is its interface, so it writes to the streams directly (no print: the
+# linter keeps print out of library code).
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"accord-cassandra: {text}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
