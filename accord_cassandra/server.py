@@ -13,6 +13,7 @@ depends on a clean shutdown: a SIGKILL at any instant loses nothing acknowledged
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import signal
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import NodeConfig, Topology, ring_topology
@@ -36,11 +38,12 @@ from accord_cassandra.metrics import MetricsServer
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import RequestError, to_response, to_txn
 from accord_cassandra.transport import Peers, PeerServicer
-from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2_grpc
+from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2
 
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "accord_cassandra.v1.Transactions"
+PEER_SERVICE_NAME = "accord_cassandra.v1.Peer"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
@@ -51,17 +54,29 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
         self.host = host
         self.catalog = catalog
         self.token = token
+        self.expected_authorization = f"Bearer {token}".encode()
         self.timeout = timeout
 
     async def Transact(
-        self, request: client_pb2.TransactRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self,
+        request: client_pb2.TransactRequest | bytes,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> client_pb2.TransactResponse:
         if self.token is not None:
-            supplied = dict(context.invocation_metadata() or ()).get("authorization")
-            if supplied != f"Bearer {self.token}":
+            supplied = dict(context.invocation_metadata() or ()).get("authorization", "")
+            # Constant-time, so response timing says nothing about how much of it matched.
+            if not hmac.compare_digest(str(supplied).encode(), self.expected_authorization):
                 await context.abort(
                     grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token"
                 )
+        if isinstance(request, bytes):
+            try:
+                request = client_pb2.TransactRequest.FromString(request)
+            except DecodeError as error:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"malformed TransactRequest: {error}"
+                )
+        assert isinstance(request, client_pb2.TransactRequest)
         try:
             translation = to_txn(request, self.catalog)
         except RequestError as error:
@@ -92,6 +107,27 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             self.catalog,
             range_checked=translation.range_checked,
         )
+
+
+def _add_raw_unary(
+    server: grpc.aio.Server,
+    service: str,
+    method: str,
+    behaviour: Any,
+    serialize: Any,
+) -> None:
+    """Register a unary method that receives the request's raw bytes.
+
+    The generated registration deserializes before the servicer runs, and a request that
+    does not parse then fails as UNKNOWN ("Unexpected DecodeError"); parsing in the servicer
+    lets it answer INVALID_ARGUMENT with what was wrong.
+    """
+    handler = grpc.unary_unary_rpc_method_handler(
+        behaviour, request_deserializer=None, response_serializer=serialize
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
 
 
 def _channel_factory(config: SidecarConfig) -> Any:
@@ -209,17 +245,24 @@ class Sidecar:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        peer_pb2_grpc.add_PeerServicer_to_server(
-            PeerServicer(config.node_id, self.host.deliver, self.peers.metrics), server
+        _add_raw_unary(
+            server,
+            PEER_SERVICE_NAME,
+            "Deliver",
+            PeerServicer(config.node_id, self.host.deliver, self.peers.metrics).Deliver,
+            peer_pb2.PeerAck.SerializeToString,
         )
-        client_pb2_grpc.add_TransactionsServicer_to_server(
+        _add_raw_unary(
+            server,
+            SERVICE_NAME,
+            "Transact",
             TransactionsServicer(
                 self.host,
                 catalog,
                 token=config.client_token,
                 timeout=config.timing.client_timeout_ms / 1000,
-            ),
-            server,
+            ).Transact,
+            client_pb2.TransactResponse.SerializeToString,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         credentials = _server_credentials(config)

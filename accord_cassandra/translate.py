@@ -126,17 +126,14 @@ class _Builder:
                 raise RequestError(f"{where}: unknown operator {op!r} (use + or -)")
             # Operands are computed in int64 whatever the column: `small + 200` may fit a
             # tinyint column though 200 does not; the result's range is guarded instead.
+            # Arithmetic on anything but integers would only fail at execution, after the
+            # transaction committed; refuse it while the client can still fix it.
             left, left_type = self.expr(expr.binary.left, _widen(expected_type), where, depth + 1)
+            _check_integer_operand(expr.binary.left, left_type, op, where)
             right, right_type = self.expr(
                 expr.binary.right, _widen(left_type or expected_type), where, depth + 1
             )
-            # Arithmetic on anything but integers would only fail at execution, after the
-            # transaction committed; refuse it while the client can still fix it.
-            for operand, operand_type in (
-                (expr.binary.left, left_type),
-                (expr.binary.right, right_type),
-            ):
-                _check_integer_operand(operand, operand_type, op, where)
+            _check_integer_operand(expr.binary.right, right_type, op, where)
             return BinOp("+" if op == "+" else "-", left, right), left_type or right_type
         raise RequestError(f"{where}: empty expression")
 

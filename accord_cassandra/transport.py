@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from accord.messages import Envelope
 from accord.messages.codec import CodecError, decode_message, encode_message
@@ -52,8 +53,17 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self.metrics = metrics
 
     async def Deliver(
-        self, request: peer_pb2.PeerBatch, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: peer_pb2.PeerBatch | bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> peer_pb2.PeerAck:
+        if isinstance(request, bytes):  # registered raw by the server, see _add_raw_unary
+            try:
+                request = peer_pb2.PeerBatch.FromString(request)
+            except DecodeError as error:
+                self.metrics.refused += 1
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"malformed PeerBatch: {error}"
+                )
+        assert isinstance(request, peer_pb2.PeerBatch)
         if request.codec_version != CODEC_VERSION:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,

@@ -1,0 +1,139 @@
+"""Sidecar clusters for the tests: real processes on loopback, stopped even when a test fails.
+
+* ``embedded``: three sidecars on the in-memory store with a client token (module-scoped;
+  starting processes costs seconds on a 2-core machine).
+* ``cassandra_sidecars``: three sidecars with ``store: cassandra`` beside the shared 3-node
+  Cassandra of tests/conftest.py, serving a keyspace created for this run (RF 3) and dropped
+  afterwards. Tests that kill sidecars leave them running again (``all_serving``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accord_cassandra.cluster import LocalSidecars, wait_serving
+from accord_cassandra.testing.launcher import CassandraHandle
+
+TOKEN = "test-token-0123456789"
+ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]
+EMBEDDED_TABLES = {
+    "bank.accounts": {"partition_key": [["id", "text"]], "columns": ACCOUNT_COLUMNS},
+    "bank.receipts": {
+        "partition_key": [["id", "bigint"]],
+        "columns": [["src_tag", "bigint"], ["dst_tag", "bigint"]],
+    },
+    "shop.items": {
+        "partition_key": [["region", "text"], ["sku", "int"]],
+        "columns": [["qty", "int"], ["name", "text"], ["photo", "blob"], ["active", "boolean"]],
+    },
+}
+# Faster failure handling than production defaults: recovery of a dead coordinator's
+# transactions starts after 0.5 s rather than 1 s. Correctness never depends on these.
+TIMING = {"retry_ms": 100, "recover_delay_ms": 500, "client_timeout_ms": 10_000}
+
+
+def _stop(cluster: LocalSidecars) -> None:
+    # SIGTERM with a short grace, then SIGKILL: every process goes, whatever happened.
+    for sidecar in cluster.sidecars.values():
+        with contextlib.suppress(Exception):
+            sidecar.stop(timeout=10)
+        with contextlib.suppress(Exception):
+            sidecar.kill()
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSidecars]:
+    cluster = LocalSidecars(
+        tmp_path_factory.mktemp("embedded"),
+        tables=EMBEDDED_TABLES,
+        client_token=TOKEN,
+        extra={"timing": TIMING, "drain_seconds": 2},
+    )
+    try:
+        cluster.start(timeout=60)
+        yield cluster
+    finally:
+        _stop(cluster)
+
+
+@dataclass
+class CassandraSidecars:
+    cluster: LocalSidecars
+    cassandra: CassandraHandle
+    keyspace: str
+    session: Any  # a cassandra-driver Session on the same Cassandra, for direct reads
+
+    def addresses(self) -> list[str]:
+        return self.cluster.addresses()
+
+    def all_serving(self, timeout: float = 60.0) -> None:
+        """Restart any sidecar a test left dead and wait until all serve."""
+        for node_id, sidecar in self.cluster.sidecars.items():
+            if not sidecar.alive():
+                self.cluster.restart(node_id, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        for sidecar in self.cluster.sidecars.values():
+            assert wait_serving(sidecar.address, deadline), sidecar.log_tail()
+
+
+def bank_schema(keyspace: str) -> list[str]:
+    return [
+        f"CREATE KEYSPACE {keyspace} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 3}",
+        f"CREATE TABLE {keyspace}.accounts (id text PRIMARY KEY, balance bigint, tag bigint)",
+        f"CREATE TABLE {keyspace}.receipts (id bigint PRIMARY KEY, src_tag bigint, dst_tag bigint)",
+        f"CREATE TABLE {keyspace}.items ("
+        "region text, sku int, qty int, small tinyint, name text, code ascii, seen timeuuid, "
+        "PRIMARY KEY ((region, sku)))",
+        # Tables Accord cannot serve must not stop the sidecar from serving the others.
+        f"CREATE TABLE {keyspace}.profiles (id text PRIMARY KEY, labels map<text, int>)",
+        f"CREATE TABLE {keyspace}.events (id text, at int, what text, PRIMARY KEY (id, at))",
+    ]
+
+
+@pytest.fixture(scope="module")
+def cassandra_sidecars(
+    cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CassandraSidecars]:
+    keyspace = f"sidecar_{uuid.uuid4().hex[:10]}"
+    session = cassandra_cluster.connect()
+    session.default_timeout = 60
+    for statement in bank_schema(keyspace):
+        session.execute(statement)
+    cluster = LocalSidecars(
+        tmp_path_factory.mktemp("cassandra-sidecars"),
+        store="cassandra",
+        cassandra={
+            "contact_points": list(cassandra_cluster.contact_points),
+            "port": cassandra_cluster.native_port,
+            "keyspaces": [keyspace],
+            "consistency": "QUORUM",
+        },
+        extra={"timing": TIMING, "drain_seconds": 2},
+    )
+    try:
+        cluster.start(timeout=90)
+        yield CassandraSidecars(cluster, cassandra_cluster, keyspace, session)
+    finally:
+        _stop(cluster)
+        with contextlib.suppress(Exception):
+            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+
+
+def log_tails(cluster: LocalSidecars, lines: int = 40) -> str:
+    return "\n".join(
+        f"--- sidecar {s.node_id} ({s.log_path})\n{s.log_tail(lines)}"
+        for s in cluster.sidecars.values()
+    )
+
+
+def sidecar_log(cluster: LocalSidecars, node_id: int) -> str:
+    return Path(cluster.sidecars[node_id].log_path).read_text(errors="replace")

@@ -1,0 +1,336 @@
+"""Three sidecar processes on the embedded store: the client API's errors, authentication,
+health, metrics and the peer protocol's version check, with the cluster serving throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from accord.messages import Envelope, InformDurable
+from accord.messages.codec import encode_message
+from accord.primitives import Timestamp
+from accord_cassandra.client import Client, Transaction, TransactionError
+from accord_cassandra.cluster import LocalSidecars, metrics_of
+from accord_cassandra.transport import CODEC_VERSION
+from accord_cassandra.v1 import client_pb2 as pb
+from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
+from tests.sidecar.bank import Bank, verify_ledger
+from tests.sidecar.conftest import TOKEN, log_tails
+
+TRANSACT = "/accord_cassandra.v1.Transactions/Transact"
+
+
+def client(address: str, token: str | None = TOKEN) -> Client:
+    return Client(address, token=token, timeout=20)
+
+
+def serving_everywhere(cluster: LocalSidecars) -> None:
+    """A transaction through every sidecar commits: the cluster still serves."""
+    for index, address in enumerate(cluster.addresses()):
+        t = Transaction().update("bank", "accounts", f"probe-{index}", balance=index, tag=0)
+        with client(address) as c:
+            assert c.transact(t).applied
+
+
+def transact_error(address: str, request: Transaction | pb.TransactRequest) -> TransactionError:
+    with client(address) as c, pytest.raises(TransactionError) as caught:
+        c.transact(request)
+    return caught.value
+
+
+# ---------------------------------------------------------------------------- bad requests
+
+
+def test_health_is_serving(embedded: LocalSidecars) -> None:
+    for address in embedded.addresses():
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "accord_cassandra.v1.Transactions"):
+                response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+                assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_malformed_bytes_are_invalid_argument(embedded: LocalSidecars) -> None:
+    address = embedded.addresses()[0]
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with grpc.insecure_channel(address) as channel:
+        raw = channel.unary_unary(TRANSACT)  # no serializers: bytes on the wire as given
+        for garbage in (b"\xff\xff\xff", b"\x0a\x05abc", b"\x12\x80"):
+            with pytest.raises(grpc.RpcError) as caught:
+                raw(garbage, timeout=10, metadata=metadata)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "malformed TransactRequest" in (caught.value.details() or "")
+    serving_everywhere(embedded)
+
+
+def _oversize_request() -> Transaction:
+    return Transaction().update("shop", "items", ("eu", 1), photo=b"x" * (2 * 1024 * 1024))
+
+
+def _unknown_keyspace() -> Transaction:
+    t = Transaction()
+    t.let("x", "nowhere", "accounts", "a")
+    return t
+
+
+def _unknown_table() -> Transaction:
+    t = Transaction()
+    t.let("x", "bank", "vaults", "a")
+    return t
+
+
+def _unknown_column() -> Transaction:
+    t = Transaction()
+    a = t.let("a", "bank", "accounts", "a")
+    return t.where(a["colour"] == "red")
+
+
+def _wrong_type() -> Transaction:
+    return Transaction().update("bank", "accounts", "a", balance="a lot")
+
+
+def _wrong_key_type() -> Transaction:
+    return Transaction().update("shop", "items", ("eu", "one"), qty=1)
+
+
+def _text_arithmetic() -> Transaction:
+    t = Transaction()
+    item = t.let("item", "shop", "items", ("eu", 1))
+    return t.update("shop", "items", ("eu", 1), name=item["name"] - 1)
+
+
+@pytest.mark.parametrize(
+    ("build", "fragments"),
+    [
+        (_oversize_request, ["exceeds 1048576"]),
+        (_unknown_keyspace, ["unknown keyspace 'nowhere'"]),
+        (_unknown_table, ["unknown table bank.vaults"]),
+        (_unknown_column, ["unknown column 'colour' in bank.accounts"]),
+        (_wrong_type, ["bank.accounts.balance is bigint", "'a lot'"]),
+        (_wrong_key_type, ["shop.items.sku is int", "'one'"]),
+        (_text_arithmetic, ["needs integers", "item.name is text"]),
+        (Transaction, ["must read (LET) or write"]),
+    ],
+)
+def test_bad_requests_are_invalid_argument_and_the_cluster_serves_on(
+    embedded: LocalSidecars, build: Callable[[], Transaction], fragments: list[str]
+) -> None:
+    error = transact_error(embedded.addresses()[1], build())
+    assert error.code == "INVALID_ARGUMENT" and error.definite
+    for fragment in fragments:
+        assert fragment in error.message, error.message
+    serving_everywhere(embedded)
+
+
+def test_a_request_beyond_the_grpc_limit_is_refused_by_size(embedded: LocalSidecars) -> None:
+    huge = Transaction().update("shop", "items", ("eu", 1), photo=b"x" * (9 * 1024 * 1024))
+    error = transact_error(embedded.addresses()[2], huge)
+    assert error.code == "RESOURCE_EXHAUSTED" and "larger than max" in error.message
+    serving_everywhere(embedded)
+
+
+# ---------------------------------------------------------------------------- authentication
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token", TOKEN + "x", ""])
+def test_a_missing_or_wrong_token_is_unauthenticated(
+    embedded: LocalSidecars, token: str | None
+) -> None:
+    t = Transaction().update("bank", "accounts", "auth", balance=1, tag=0)
+    for address in embedded.addresses():
+        with client(address, token=token) as c, pytest.raises(TransactionError) as caught:
+            c.transact(t)
+        assert caught.value.code == "UNAUTHENTICATED"
+    # Nothing was written: the row is still absent.
+    reader = Transaction()
+    reader.let("row", "bank", "accounts", "auth")
+    with client(embedded.addresses()[0]) as c:
+        assert c.transact(reader).rows == {"row": None}
+
+
+def test_an_unauthenticated_malformed_request_learns_nothing(embedded: LocalSidecars) -> None:
+    with grpc.insecure_channel(embedded.addresses()[0]) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            channel.unary_unary(TRANSACT)(b"\xff", timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_right_token_reads_what_it_wrote(embedded: LocalSidecars) -> None:
+    first, second = embedded.addresses()[:2]
+    t = Transaction()
+    t.update("shop", "items", ("eu", 7), qty=3, name="ключ", photo=b"\x00\xff", active=True)
+    with client(first) as c:
+        assert c.transact(t).applied
+    reader = Transaction()
+    item = reader.let("item", "shop", "items", ("eu", 7))
+    reader.where(item["qty"] == 3)
+    reader.update("shop", "items", ("eu", 7), qty=item["qty"] + 1)
+    with client(second) as c:
+        result = c.transact(reader)
+    assert result.applied
+    assert result.rows["item"] == {"qty": 3, "name": "ключ", "photo": b"\x00\xff", "active": True}
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def _http_get(address: str, path: str) -> bytes:
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as connection:
+        connection.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_metrics_expose_the_counters(embedded: LocalSidecars) -> None:
+    sidecar = embedded.sidecars[1]
+    before = metrics_of(sidecar.metrics_address)
+    t = Transaction().update("bank", "accounts", "metrics", balance=1, tag=0)
+    with client(sidecar.address) as c:
+        c.transact(t)
+    after = metrics_of(sidecar.metrics_address)
+    for name in (
+        'accord_transactions_total{outcome="ok"}',
+        "accord_fast_path_total",
+        "accord_slow_path_total",
+        "accord_recoveries_total",
+        "accord_journal_syncs_total",
+        "accord_journal_sync_seconds_total",
+        "accord_journal_records_total",
+        "accord_pending_clients",
+        "accord_commit_latency_seconds_count",
+        'accord_commit_latency_seconds_bucket{le="+Inf"}',
+        "accord_peer_messages_refused_total",
+    ):
+        assert name in after, name
+    assert (
+        after['accord_transactions_total{outcome="ok"}']
+        >= before.get('accord_transactions_total{outcome="ok"}', 0) + 1
+    )
+    assert after["accord_journal_syncs_total"] > before["accord_journal_syncs_total"]
+    assert after["accord_journal_records_total"] >= after["accord_journal_syncs_total"]
+    assert after["accord_journal_sync_seconds_total"] > 0
+    assert after["accord_commit_latency_seconds_count"] >= 1
+    assert b"404 Not Found" in _http_get(sidecar.metrics_address, "/nothing-here")
+
+
+# ---------------------------------------------------------------------------- peer protocol
+
+
+def test_a_peer_batch_with_another_codec_version_is_failed_precondition(
+    embedded: LocalSidecars,
+) -> None:
+    with grpc.insecure_channel(embedded.sidecars[1].address) as channel:
+        stub = peer_pb2_grpc.PeerStub(channel)
+        batch = peer_pb2.PeerBatch(codec_version=CODEC_VERSION + 1, source=2, payloads=[b"x"])
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Deliver(batch, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"codec version {CODEC_VERSION + 1}" in (caught.value.details() or "")
+    serving_everywhere(embedded)
+
+
+def test_bad_peer_payloads_are_refused_and_counted(embedded: LocalSidecars) -> None:
+    sidecar = embedded.sidecars[1]
+    before = metrics_of(sidecar.metrics_address)["accord_peer_messages_refused_total"]
+    body = InformDurable(1, Timestamp(1, 1, 1, 2))
+    payloads = [
+        b"\xc1 not msgpack",
+        encode_message(Envelope(2, 3, body)),  # addressed to another node
+        encode_message(Envelope(3, 1, body)),  # from a node other than the batch's source
+    ]
+    with grpc.insecure_channel(sidecar.address) as channel:
+        stub = peer_pb2_grpc.PeerStub(channel)
+        ack = stub.Deliver(
+            peer_pb2.PeerBatch(codec_version=CODEC_VERSION, source=2, payloads=payloads),
+            timeout=10,
+        )
+        assert ack.accepted == 0
+        with pytest.raises(grpc.RpcError) as caught:
+            channel.unary_unary("/accord_cassandra.v1.Peer/Deliver")(b"\xff\xff", timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    after = metrics_of(sidecar.metrics_address)["accord_peer_messages_refused_total"]
+    assert after == before + 4
+    serving_everywhere(embedded)
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accord_cassandra", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_txn_prints_the_result_and_reports_errors(embedded: LocalSidecars) -> None:
+    address = embedded.addresses()[0]
+    write = {
+        "mutations": [
+            {
+                "row": {"keyspace": "bank", "table": "accounts", "partitionKey": [{"text": "cli"}]},
+                "upsert": {"set": [{"column": "balance", "value": {"literal": {"int": "7"}}}]},
+            }
+        ]
+    }
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(write))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["applied"] is True
+    read = {"lets": [{"name": "a", "row": write["mutations"][0]["row"]}]}
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(read))
+    assert json.loads(done.stdout)["rows"] == {"a": {"balance": 7, "tag": None}}
+    done = _cli("txn", "--address", address, json.dumps(read))
+    assert done.returncode == 1 and "UNAUTHENTICATED" in done.stderr
+    done = _cli("txn", "--address", address, "{not json")
+    assert done.returncode == 2 and "not a TransactRequest" in done.stderr
+
+
+def test_cli_sidecar_names_the_bad_field(tmp_path: object) -> None:
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "bad.yaml"
+    config.write_text("node_id: 1\nlisten: nowhere\npeers: {1: '127.0.0.1:1'}\njournal_dir: /x\n")
+    done = _cli("sidecar", "--config", str(config))
+    assert done.returncode == 2
+    assert "listen" in done.stderr and "'nowhere' is not host:port" in done.stderr
+
+
+# ---------------------------------------------------------------------------- bank
+
+
+def test_concurrent_transfers_on_the_embedded_store(embedded: LocalSidecars) -> None:
+    bank = Bank(embedded.addresses(), "bank", [f"e{i}" for i in range(6)], token=TOKEN, seed=7)
+
+    async def scenario() -> tuple[dict[str, tuple[int, int]], dict[int, tuple[int, int]]]:
+        try:
+            await bank.setup()
+            deadline = time.monotonic() + 4
+            await bank.run(6, lambda: time.monotonic() > deadline)
+            final = await bank.audit()
+            receipts = await bank.read_receipts(sorted(bank.transfers))
+            return final, receipts
+        finally:
+            await bank.close()
+
+    final, receipts = asyncio.run(scenario())
+    statuses = bank.statuses()
+    assert statuses["ok"] >= 20, (statuses, bank.errors, log_tails(embedded))
+    assert sum(balance for balance, _ in final.values()) == 6 * bank.initial
+    verdict = bank.verdict()
+    assert verdict.valid, verdict.summary()
+    assert verify_ledger(bank, final, receipts) == []
