@@ -69,6 +69,7 @@ def _attached(base_dir: str) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.close_sessions()
+        cluster.detach()
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from ipaddress import IPv4Address
@@ -707,7 +708,8 @@ class ExternalCluster(_CqlClients):
     def start_node(self, index: int) -> None:
         raise LauncherError("starting a node needs a cluster started by this launcher")
 
-    def stop(self, *, clean: bool = False) -> None:
+    def stop(self, *, clean: bool = False, kill: bool | None = None) -> None:
+        """Only closes our driver sessions: the nodes are not ours to stop."""
         self.close_sessions()
 
 
@@ -916,8 +918,8 @@ class LocalCluster(_CqlClients):
         self._terminate(self.running(), kill=clean if kill is None else kill)
         self._pids.clear()
         self._children.clear()
-        (self.base_dir / STATE_FILE).unlink(missing_ok=True)
         if clean:
+            (self.base_dir / STATE_FILE).unlink(missing_ok=True)
             self._remove_node_dirs()
             with contextlib.suppress(OSError):
                 self.base_dir.rmdir()
@@ -949,6 +951,16 @@ class LocalCluster(_CqlClients):
         self._pids.pop(index, None)
         if self.base_dir.exists():
             self._save_state()
+
+    def detach(self) -> None:
+        """Leave the running nodes behind when this object goes away (`up`, attached fixtures).
+
+        Dropping a running Popen raises a ResourceWarning, an error under the tests' warning
+        filter; the nodes are meant to outlive us, and the state file still records them.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            self._children.clear()
 
     def _remove_node_dirs(self) -> None:
         for index in self.spec.indexes:
@@ -1017,11 +1029,14 @@ def _cmd_up(args: argparse.Namespace) -> int:
         nodes=args.nodes, first_ip=args.first_ip, heap_mb=args.heap_mb, version=args.version
     )
     if (args.base_dir / STATE_FILE).exists() and LocalCluster.attach(args.base_dir).running():
-        print(f"error: a cluster already runs from {args.base_dir}; run `down` first")
+        print(
+            f"error: a cluster already runs from {args.base_dir}; run `down` first", file=sys.stderr
+        )
         return 1
     cluster = LocalCluster(spec, args.base_dir, start_timeout=args.timeout)
     started = time.monotonic()
     cluster.start(clean=args.clean)
+    cluster.detach()
     print(f"{spec.nodes} node(s) up in {time.monotonic() - started:.1f} s from {cluster.base_dir}")
     _print_status(cluster)
     return 0
