@@ -215,9 +215,8 @@ def check_txn_rw_register(
         "elle-rw-register",
         check_registers(to_accord_history("txn-rw-register", operations), {}),
     )
-    searched = check(
-        prune_unobserved(txn_lin_ops(operations)), RegisterDatabase(), max_states=max_states
-    )
+    candidates = prune_unobserved(txn_lin_ops(operations))
+    searched = check(candidates, RegisterDatabase(candidates), max_states=max_states)
     details = {
         "anomaly-types": inferred.details["anomaly-types"],
         "inference": {"valid?": inferred.valid, **inferred.details},

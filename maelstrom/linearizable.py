@@ -29,7 +29,9 @@ Models are pure: ``step(state, op)`` returns the next state or None when the ope
 cannot happen in ``state``. States must be hashable. :class:`CasRegister` is Knossos'
 ``cas-register`` (lin-kv, checked per key); :class:`ListAppendDatabase` and
 :class:`RegisterDatabase` treat a whole transactional database as one object, so
-linearizability of it is strict serializability of the transactions.
+linearizability of it is strict serializability of the transactions. Such a search is
+exponential in the number of mutually concurrent operations: it suits short runs with a
+few clients, and answers unknown, at its bound, on long runs full of slow operations.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-DEFAULT_MAX_STATES: Final = 500_000
-"""Configurations one search may cache before it answers unknown (~100 MB at worst)."""
+DEFAULT_MAX_STATES: Final = 200_000
+"""Configurations one search may cache before it answers unknown. A cas-register state is
+one short string; a database state is a tuple over the keys in play (tens), so the bound
+keeps a search within a few hundred MB."""
 
 S = TypeVar("S", bound=Hashable)
 
@@ -231,58 +235,61 @@ class CasRegister:
 Micro = tuple[str, str, Any]
 """A txn micro-op ``(f, key, value)``; keys are canonical JSON strings."""
 
+DbState = tuple[tuple[str, Any, int], ...]
+"""Sorted ``(key, value, live)`` for each key that unlinearized operations still touch."""
 
-def _apply_txn(
-    state: tuple[tuple[str, Any], ...], op: LinOp, *, append: bool
-) -> tuple[tuple[str, Any], ...] | None:
-    mops: tuple[Micro, ...] = op.input
-    current = dict(state)
-    changed = False
-    for f, key, value in mops:
-        if f == "r":
-            if op.unknown:
-                continue
-            held = current.get(key, () if append else None)
-            seen = (value or ()) if append else value
-            if held != seen:
+
+class _Database:
+    """A whole transactional database as one object, so linearizability of it is strict
+    serializability of the transactions.
+
+    The state keeps, per key, its value and how many not-yet-linearized operations touch
+    it (``live``). A key whose last operation has been linearized can never matter again
+    and is dropped, so states stay as small as the set of keys in play; live counts
+    depend only on which operations are linearized, so dropping keys loses no
+    memoization. Built from the very operations it will check.
+    """
+
+    append = False
+
+    def __init__(self, ops: Sequence[LinOp]) -> None:
+        self.touches: dict[str, int] = {}
+        for op in ops:
+            for key in {key for _, key, _ in op.input}:
+                self.touches[key] = self.touches.get(key, 0) + 1
+
+    def init(self) -> DbState:
+        return ()
+
+    def step(self, state: DbState, op: LinOp) -> DbState | None:
+        mops: tuple[Micro, ...] = op.input
+        cells = {key: (value, live) for key, value, live in state}
+        working: dict[str, tuple[Any, int]] = {}
+        for _, key, _ in mops:
+            if key not in working:
+                working[key] = cells.get(key, (() if self.append else None, self.touches[key]))
+        for f, key, value in mops:
+            held, live = working[key]
+            if f != "r":
+                working[key] = ((*held, value) if self.append else value, live)
+            elif not op.unknown and held != ((value or ()) if self.append else value):
                 return None
-        elif append:
-            current[key] = (*current.get(key, ()), value)
-            changed = True
-        else:
-            current[key] = value
-            changed = True
-    return tuple(sorted(current.items())) if changed else state
+        for key, (value, live) in working.items():
+            if live > 1:
+                cells[key] = (value, live - 1)
+            else:
+                cells.pop(key, None)
+        return tuple(sorted((key, value, live) for key, (value, live) in cells.items()))
 
 
-class ListAppendDatabase:
-    """A whole list-append database as one object: state is sorted ``(key, tuple)`` pairs.
+class ListAppendDatabase(_Database):
+    """txn-list-append: micro-ops ``("r", key, tuple | None)`` / ``("append", key, v)``."""
 
-    Inputs are tuples of micro-ops ``("r", key, tuple | None)`` / ``("append", key, v)``.
-    """
-
-    def init(self) -> tuple[tuple[str, Any], ...]:
-        return ()
-
-    def step(
-        self, state: tuple[tuple[str, Any], ...], op: LinOp
-    ) -> tuple[tuple[str, Any], ...] | None:
-        return _apply_txn(state, op, append=True)
+    append = True
 
 
-class RegisterDatabase:
-    """A whole read/write register database as one object (txn-rw-register).
-
-    Inputs are tuples of micro-ops ``("r", key, v | None)`` / ``("w", key, v)``.
-    """
-
-    def init(self) -> tuple[tuple[str, Any], ...]:
-        return ()
-
-    def step(
-        self, state: tuple[tuple[str, Any], ...], op: LinOp
-    ) -> tuple[tuple[str, Any], ...] | None:
-        return _apply_txn(state, op, append=False)
+class RegisterDatabase(_Database):
+    """txn-rw-register: micro-ops ``("r", key, v | None)`` / ``("w", key, v)``."""
 
 
 def prune_unobserved(ops: Sequence[LinOp]) -> list[LinOp]:

@@ -16,7 +16,9 @@ built elsewhere instead.
 key, or whole transactions for the txn workloads; values are canonical JSON texts so the
 Go side compares strings. Failed operations are left out (they did not happen); unknown
 ones have ``"return": null``. :func:`check` writes it, runs the binary with a time bound
-and maps its exit status: 0 valid, 1 invalid, anything else unknown (with the reason).
+and a heap bound, and maps its exit status: 0 valid, 1 invalid, anything else unknown
+(with the reason). Whole-database txn checks are exponential in the number of mutually
+concurrent transactions, so long runs full of slow operations end unknown, by design.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ BINARY_ENV: Final = "MAELSTROM_PORCUPINE_BIN"
 BUILD_TIMEOUT_SECONDS: Final = 300
 """A first build downloads Porcupine through the module proxy; later builds are cached."""
 DEFAULT_CHECK_TIMEOUT_SECONDS: Final = 120
+DEFAULT_MAX_HEAP_MB: Final = 2048
+"""Porcupine's search cache has no bound of its own; past this heap the driver answers
+Unknown rather than take the machine's memory."""
 MODELS: Final = {
     "lin-kv": "cas-register",
     "txn-list-append": "list-append",
@@ -148,6 +153,7 @@ def check(
     events: list[Event],
     *,
     timeout_seconds: float = DEFAULT_CHECK_TIMEOUT_SECONDS,
+    max_heap_mb: int = DEFAULT_MAX_HEAP_MB,
     input_path: Path | None = None,
     html_path: Path | None = None,
 ) -> PorcupineResult:
@@ -159,7 +165,13 @@ def check(
     with tempfile.TemporaryDirectory(prefix="porcupine-") as scratch:
         path = input_path or Path(scratch) / "history.json"
         path.write_text(json.dumps(document(workload, events)), encoding="utf-8")
-        command = [str(binary), "-timeout", f"{int(timeout_seconds * 1000)}ms"]
+        command = [
+            str(binary),
+            "-timeout",
+            f"{int(timeout_seconds * 1000)}ms",
+            "-max-heap-mb",
+            str(max_heap_mb),
+        ]
         if html_path is not None:
             command += ["-html", str(html_path)]
         try:
@@ -181,12 +193,19 @@ def check(
         return PorcupineResult(True, "Ok", report)
     if completed.returncode == 1:
         return PorcupineResult(False, "Illegal", report)
-    reason = str(report.get("error") or report.get("result") or f"exit {completed.returncode}")
+    reason = str(
+        report.get("error")
+        or report.get("reason")
+        or report.get("result")
+        or f"exit {completed.returncode}"
+    )
     return PorcupineResult(None, reason, report)
 
 
 __all__ = [
     "BINARY_ENV",
+    "DEFAULT_CHECK_TIMEOUT_SECONDS",
+    "DEFAULT_MAX_HEAP_MB",
     "MODELS",
     "PorcupineResult",
     "PorcupineUnavailable",

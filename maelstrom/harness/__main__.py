@@ -38,7 +38,7 @@ from maelstrom.harness.report import (
 from maelstrom.harness.runner import RunConfig, Runner
 from maelstrom.history import WORKLOADS, load
 from maelstrom.linearizable import DEFAULT_MAX_STATES
-from maelstrom.porcupine_driver import DEFAULT_CHECK_TIMEOUT_SECONDS
+from maelstrom.porcupine_driver import DEFAULT_CHECK_TIMEOUT_SECONDS, DEFAULT_MAX_HEAP_MB
 
 logger = logging.getLogger("maelstrom.harness")
 
@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-porcupine", action="store_true", help="skip the Porcupine check")
     parser.add_argument(
         "--porcupine-timeout", type=float, default=float(DEFAULT_CHECK_TIMEOUT_SECONDS)
+    )
+    parser.add_argument(
+        "--porcupine-max-heap-mb", type=int, default=DEFAULT_MAX_HEAP_MB, help="(2048)"
     )
     parser.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
     parser.add_argument("--recheck", default=None, help="check a history.json; run nothing")
@@ -175,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = CheckOptions(
         porcupine=not args.no_porcupine,
         porcupine_timeout_s=args.porcupine_timeout,
+        porcupine_max_heap_mb=args.porcupine_max_heap_mb,
         max_states=args.max_states,
     )
     if args.recheck:

@@ -27,7 +27,7 @@ from maelstrom.edn import Keyword, dumps
 from maelstrom.harness.runner import RunRecord
 from maelstrom.history import Event, pair, to_edn_lines, to_json
 from maelstrom.linearizable import DEFAULT_MAX_STATES
-from maelstrom.porcupine_driver import DEFAULT_CHECK_TIMEOUT_SECONDS
+from maelstrom.porcupine_driver import DEFAULT_CHECK_TIMEOUT_SECONDS, DEFAULT_MAX_HEAP_MB
 from maelstrom.porcupine_driver import check as porcupine_check
 
 QUANTILES: Final = (0.5, 0.95, 0.99, 1.0)
@@ -38,6 +38,7 @@ UNKNOWN: Final = Keyword("unknown")
 class CheckOptions:
     porcupine: bool = True
     porcupine_timeout_s: float = DEFAULT_CHECK_TIMEOUT_SECONDS
+    porcupine_max_heap_mb: int = DEFAULT_MAX_HEAP_MB
     max_states: int = DEFAULT_MAX_STATES
 
 
@@ -64,11 +65,14 @@ def analyse(
             workload,
             list(events),
             timeout_seconds=options.porcupine_timeout_s,
+            max_heap_mb=options.porcupine_max_heap_mb,
             input_path=None if results_dir is None else results_dir / "porcupine-input.json",
             html_path=None if results_dir is None else results_dir / "porcupine.html",
         )
         report = outcome.report
-        summary = f"{outcome.reason}: {report.get('operations', '?')} operations"
+        summary = outcome.reason
+        if "operations" in report:
+            summary += f": {report['operations']} operations"
         if "pruned" in report:
             summary += f" ({report['pruned']} unobserved :info txns pruned)"
         if "elapsed_ms" in report:

@@ -1,7 +1,7 @@
 // Command porcupine-check is an independent linearizability check of a Maelstrom history,
 // built on Porcupine (github.com/anishathalye/porcupine), which nobody on this project wrote.
 //
-// Usage: porcupine-check [-timeout 60s] [-html out.html] history.json
+// Usage: porcupine-check [-timeout 60s] [-max-heap-mb 2048] [-html out.html] history.json
 //
 // The history (written by maelstrom/porcupine_driver.py) names a model and lists operations
 // with call and return times in nanoseconds; "return": null marks an unknown outcome (a
@@ -15,7 +15,7 @@
 //     (such a transaction can always be placed last) and avoids trying every subset of them.
 //
 // Prints {"result": "Ok"|"Illegal"|"Unknown", ...} and exits 0 (Ok), 1 (Illegal) or
-// 2 (Unknown after -timeout, or an error).
+// 2 (Unknown after -timeout or past -max-heap-mb, or an error).
 package main
 
 import (
@@ -25,6 +25,9 @@ import (
 	"hash/fnv"
 	"math"
 	"os"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -47,6 +50,7 @@ type op struct {
 	From   *string `json:"from"`
 	To     *string `json:"to"`
 	Txn    []mop   `json:"txn"`
+	keys   []string
 }
 
 type history struct {
@@ -82,6 +86,7 @@ var casRegister = porcupine.Model{
 	},
 	Init: func() interface{} { return "" },
 	Step: func(state, input, _ interface{}) (bool, interface{}) {
+		guard()
 		st, o := state.(string), input.(*op)
 		unknown := o.Return == nil
 		switch o.F {
@@ -112,32 +117,27 @@ var casRegister = porcupine.Model{
 	},
 }
 
-// A database state: key -> value (registers) or key -> elements each followed by \x1f
-// (lists; canonical JSON escapes control characters, so \x1f never occurs inside one).
+// A database state holds, for each key that operations not yet linearized still touch,
+// its value and how many of those operations there are ("live"). A key whose last
+// operation has been linearized can never matter again, so it is dropped: states stay as
+// small as the set of keys in play, and since live counts depend only on which operations
+// are linearized, dropping keys loses no memoization. A register is its canonical JSON
+// value ("" when absent); a list is its elements, each followed by \x1f (canonical JSON
+// escapes control characters, so \x1f never occurs inside an element).
+type cell struct {
+	value string
+	live  int
+}
+
 type db struct {
-	values map[string]string
-	hash   uint64
+	cells map[string]cell
+	hash  uint64
 }
 
-func cellHash(k, v string) uint64 {
+func cellHash(k string, c cell) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(k))
-	h.Write([]byte{0x1e})
-	h.Write([]byte(v))
+	fmt.Fprintf(h, "%s\x1e%s\x1e%d", k, c.value, c.live)
 	return h.Sum64()
-}
-
-func (d *db) with(k, v string) *db {
-	next := &db{values: make(map[string]string, len(d.values)+1), hash: d.hash}
-	for key, value := range d.values {
-		next.values[key] = value
-	}
-	if old, ok := d.values[k]; ok {
-		next.hash -= cellHash(k, old)
-	}
-	next.values[k] = v
-	next.hash += cellHash(k, v)
-	return next
 }
 
 func listText(elements []string) string {
@@ -148,40 +148,79 @@ func listText(elements []string) string {
 	return s
 }
 
-func database(appendMode bool) porcupine.Model {
+// keysOf lists each key an operation touches once, in first-touch order.
+func keysOf(o *op) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, m := range o.Txn {
+		if !seen[m.Key] {
+			seen[m.Key] = true
+			keys = append(keys, m.Key)
+		}
+	}
+	return keys
+}
+
+func database(ops []op, appendMode bool) porcupine.Model {
+	touches := map[string]int{}
+	for i := range ops {
+		ops[i].keys = keysOf(&ops[i])
+		for _, k := range ops[i].keys {
+			touches[k]++
+		}
+	}
 	return porcupine.Model{
-		Init: func() interface{} { return &db{values: map[string]string{}} },
+		Init: func() interface{} { return &db{cells: map[string]cell{}} },
 		Step: func(state, input, _ interface{}) (bool, interface{}) {
-			cur, o := state.(*db), input.(*op)
+			guard()
+			d, o := state.(*db), input.(*op)
+			working := make(map[string]cell, len(o.keys))
+			for _, k := range o.keys {
+				c, ok := d.cells[k]
+				if !ok {
+					c = cell{"", touches[k]}
+				}
+				working[k] = c
+			}
 			for _, m := range o.Txn {
-				if m.F != "r" {
-					v := text(m.Value)
-					if appendMode {
-						v = cur.values[m.Key] + v + "\x1f"
-					}
-					cur = cur.with(m.Key, v)
-					continue
-				}
-				if o.Return == nil {
+				c := working[m.Key]
+				switch {
+				case m.F != "r" && appendMode:
+					c.value += text(m.Value) + "\x1f"
+				case m.F != "r":
+					c.value = text(m.Value)
+				case o.Return == nil:
 					continue // an unknown outcome observed nothing
-				}
-				held, ok := cur.values[m.Key]
-				if appendMode && held != listText(m.List) {
+				case appendMode && c.value != listText(m.List):
+					return false, state
+				case !appendMode && c.value != text(m.Value):
 					return false, state
 				}
-				if !appendMode && ((m.Value == nil) != !ok || (ok && held != *m.Value)) {
-					return false, state
+				working[m.Key] = c
+			}
+			next := &db{cells: make(map[string]cell, len(d.cells)), hash: d.hash}
+			for k, c := range d.cells {
+				next.cells[k] = c
+			}
+			for k, c := range working {
+				if old, ok := d.cells[k]; ok {
+					next.hash -= cellHash(k, old)
+					delete(next.cells, k)
+				}
+				if c.live--; c.live > 0 {
+					next.cells[k] = c
+					next.hash += cellHash(k, c)
 				}
 			}
-			return true, cur
+			return true, next
 		},
 		Equal: func(a, b interface{}) bool {
 			x, y := a.(*db), b.(*db)
-			if x.hash != y.hash || len(x.values) != len(y.values) {
+			if x.hash != y.hash || len(x.cells) != len(y.cells) {
 				return false
 			}
-			for k, v := range x.values {
-				if w, ok := y.values[k]; !ok || w != v {
+			for k, c := range x.cells {
+				if other, ok := y.cells[k]; !ok || other != c {
 					return false
 				}
 			}
@@ -192,6 +231,33 @@ func database(appendMode bool) porcupine.Model {
 			text, _ := json.Marshal(input.(*op).Txn)
 			return string(text)
 		},
+	}
+}
+
+// guard ends the process with Unknown once the heap passes -max-heap-mb: Porcupine's
+// cache has no bound of its own, and a history with many long, overlapping operations
+// can need more memory than the machine has. Checked every 65536 steps, from any of
+// the goroutines that check partitions in parallel.
+var (
+	steps         atomic.Int64
+	heapLimit     uint64
+	heapSample    = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	heapSampleMux sync.Mutex
+)
+
+func guard() {
+	if steps.Add(1)%65536 != 0 {
+		return
+	}
+	heapSampleMux.Lock()
+	defer heapSampleMux.Unlock()
+	metrics.Read(heapSample)
+	if used := heapSample[0].Value.Uint64(); used > heapLimit {
+		out, _ := json.Marshal(map[string]interface{}{
+			"result": "Unknown", "reason": fmt.Sprintf("heap of %d MiB passed -max-heap-mb", used>>20),
+		})
+		fmt.Println(string(out))
+		os.Exit(2)
 	}
 }
 
@@ -226,7 +292,9 @@ func pruneUnobserved(ops []op) []op {
 func run() (porcupine.CheckResult, error) {
 	timeout := flag.Duration("timeout", 60*time.Second, "give up (Unknown) after this long")
 	html := flag.String("html", "", "write Porcupine's visualization here unless Ok")
+	maxHeap := flag.Uint64("max-heap-mb", 2048, "give up (Unknown) when the heap passes this")
 	flag.Parse()
+	heapLimit = *maxHeap << 20
 	if flag.NArg() != 1 {
 		return porcupine.Unknown, fmt.Errorf("usage: porcupine-check [flags] history.json")
 	}
@@ -244,8 +312,8 @@ func run() (porcupine.CheckResult, error) {
 	case "cas-register":
 		model = casRegister
 	case "list-append", "rw-register":
-		model = database(h.Model == "list-append")
 		ops = pruneUnobserved(ops)
+		model = database(ops, h.Model == "list-append")
 	default:
 		return porcupine.Unknown, fmt.Errorf("unknown model %q", h.Model)
 	}
