@@ -59,8 +59,11 @@ from stacksaga_store.errors import ConfigError
 
 __all__ = [
     "MINUTES_PER_DAY",
+    "AccordProperties",
     "CassandraProperties",
+    "CommitModeName",
     "ConsistencyMode",
+    "CoordinatorProperties",
     "DomainProperties",
     "InstanceProperties",
     "ProtectionPolicy",
@@ -256,6 +259,56 @@ class RestoreProperties(_Properties):
     delay_windows: int = Field(default=600, ge=1)
 
 
+class CommitModeName(StrEnum):
+    """``recovery.commit-mode`` (extension): see :mod:`stacksaga_store.commit_modes`."""
+
+    ORDERED = "ordered"
+    ACCORD = "accord"
+
+
+def _lower_text(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _positive_duration(value: timedelta, maximum: timedelta) -> timedelta:
+    if not timedelta(0) < value <= maximum:
+        raise ValueError(
+            f"must be above 0 and at most {format_duration(maximum)}, got {format_duration(value)}"
+        )
+    return value
+
+
+class AccordProperties(_Properties):
+    """``stacksaga.cassandra.recovery.accord`` (extension): the sidecars of the accord mode."""
+
+    sidecars: list[str] = Field(default_factory=list, max_length=64)
+    # Default: "<session keyspace>_accord" (stacksaga_store.extension_schema).
+    keyspace: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+    token: str | None = None
+    timeout: Duration = timedelta(seconds=15)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        return _positive_duration(value, timedelta(minutes=10))
+
+
+class CoordinatorProperties(_Properties):
+    """``stacksaga.cassandra.recovery.coordinator`` (extension): the ring coordinator."""
+
+    addresses: list[str] = Field(default_factory=list, max_length=16)
+    lease_duration: Duration = timedelta(seconds=30)
+    leadership_ttl: Duration = timedelta(seconds=10)
+
+    @field_validator("lease_duration", "leadership_ttl")
+    @classmethod
+    def _bounded(cls, value: timedelta) -> timedelta:
+        # The leadership row is a Cassandra TTL: whole seconds.
+        if value.total_seconds() != int(value.total_seconds()):
+            raise ValueError(f"must be whole seconds, got {format_duration(value)}")
+        return _positive_duration(value, timedelta(hours=1))
+
+
 class RecoveryProperties(_Properties):
     """``stacksaga.cassandra.recovery``: shared by Retry and Restore (used by the recovery
     engine; validated here so a bad value fails at start-up, not at the first failure)."""
@@ -265,6 +318,24 @@ class RecoveryProperties(_Properties):
     concurrency: int = Field(default=100, ge=1, le=CONCURRENCY_MAX)
     retry: RetryProperties = Field(default_factory=RetryProperties)
     restore: RestoreProperties = Field(default_factory=RestoreProperties)
+    # Extensions (defaults keep the seed's behaviour).
+    commit_mode: Annotated[CommitModeName, BeforeValidator(_lower_text)] = CommitModeName.ORDERED
+    read_grace: Duration = timedelta(0)
+    accord: AccordProperties = Field(default_factory=AccordProperties)
+    coordinator: CoordinatorProperties = Field(default_factory=CoordinatorProperties)
+
+    @field_validator("read_grace")
+    @classmethod
+    def _grace(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= timedelta(hours=1):
+            raise ValueError(f"must be between 0s and 1h, got {format_duration(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _accord_needs_sidecars(self) -> RecoveryProperties:
+        if self.commit_mode is CommitModeName.ACCORD and not self.accord.sidecars:
+            raise ValueError("commit-mode accord needs recovery.accord.sidecars (host:port list)")
+        return self
 
     @field_validator("window_interval_minutes")
     @classmethod

@@ -262,6 +262,12 @@ class CassandraEventStore:
         write = self.state_write(key, status, payload, now)
         await self.cql.execute(write.prepared, write.params)
 
+    async def write_restore_path(self, key: TransactionKey, path: RestorePath) -> None:
+        """Point es_transaction.restore_* at a new watchdog (the recovery engine re-arms one
+        when it restores a transaction); only those four cells change."""
+        params = [path.date_of_year, path.window, path.instance_id, path.bucket, *key.params()]
+        await self.cql.execute(self._statement("restore_path"), params)
+
     async def read_record(self, key: TransactionKey) -> TransactionRecord | None:
         rows = await self.cql.execute(self._statement("read"), key.params(), row_limit=1)
         return _record(key, rows[0]) if rows else None
