@@ -136,7 +136,11 @@ class MemoryStore:
 
 class MemoryJournal:
     """The node's durable protocol state: the latest snapshot of every command and the HLC
-    floor. Memory is durable enough here because Maelstrom never restarts a node."""
+    floor. Memory is durable enough here because Maelstrom never restarts a node.
+
+    It holds one snapshot per transaction the replica ever saw, as Accord's command store
+    keeps every command record (durable ones leave the key indexes, not the table), so
+    memory grows with the length of a test: tens of MB for a long Maelstrom run."""
 
     __slots__ = ("commands", "hlc_floor")
 
@@ -171,6 +175,8 @@ class _Pending:
 
 @dataclass(slots=True)
 class NodeCounters:
+    """What the node did, logged at exit (stderr ends up in Maelstrom's node logs)."""
+
     client_requests: int = 0
     replies_ok: int = 0
     replies_error: int = 0
@@ -224,6 +230,7 @@ class MaelstromNode:
         self.handle(packet)
 
     def handle(self, packet: Packet) -> None:
+        """Dispatch one well-formed message by its body type."""
         kind = packet.type
         if self.node_name is not None and packet.dest != self.node_name:
             # Maelstrom routes by dest; a mismatch is a harness bug worth a loud log line.

@@ -73,7 +73,7 @@ def analyse(
         summary = outcome.reason
         if "operations" in report:
             summary += f": {report['operations']} operations"
-        if "pruned" in report:
+        if "pruned" in report and report.get("model") != "cas-register":
             summary += f" ({report['pruned']} unobserved :info txns pruned)"
         if "elapsed_ms" in report:
             summary += f" in {report['elapsed_ms']} ms"
