@@ -54,6 +54,7 @@ def _launched(
     tmp_path_factory: pytest.TempPathFactory, name: str, spec: ClusterSpec
 ) -> Iterator[LocalCluster]:
     cluster = LocalCluster(spec, tmp_path_factory.mktemp(name))
+    cluster.disposable = True
     cluster.start()
     try:
         yield cluster

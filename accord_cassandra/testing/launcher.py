@@ -673,11 +673,19 @@ class _CqlClients:
 
     def __init__(self) -> None:
         self._drivers: list[Cluster] = []
+        # Set by whoever will delete the nodes' data afterwards (the test fixtures): dropping
+        # keyspaces then only costs time (2-4 s per DROP KEYSPACE measured here).
+        self.disposable = False
 
     def connect(self, keyspace: str | None = None) -> Session:
         cluster = driver_cluster(self.contact_points, self.native_port)
         self._drivers.append(cluster)
         return cluster.connect(keyspace)
+
+    def drop_keyspace(self, session: Session, keyspace: str) -> None:
+        """Clean up after a test, unless the whole cluster is about to be deleted."""
+        if not self.disposable:
+            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
 
     def close_sessions(self) -> None:
         while self._drivers:

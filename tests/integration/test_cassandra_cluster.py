@@ -26,7 +26,7 @@ def session(cassandra_cluster: CassandraHandle) -> Iterator[Session]:
     )
     session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.kv (k text PRIMARY KEY, v int)")
     yield session
-    session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}")
+    cassandra_cluster.drop_keyspace(session, KEYSPACE)
 
 
 def _write(session: Session, key: str, value: int, level: int) -> None:

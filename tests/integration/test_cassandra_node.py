@@ -29,4 +29,4 @@ def test_keyspace_and_table_can_be_written_and_read(cassandra_node: CassandraHan
         rows = {r.k: r.v for r in session.execute("SELECT k, v FROM smoke.kv")}
         assert rows == {f"key-{i}": i for i in range(10)}
     finally:
-        session.execute("DROP KEYSPACE IF EXISTS smoke")
+        cassandra_node.drop_keyspace(session, "smoke")

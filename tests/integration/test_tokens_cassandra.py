@@ -56,7 +56,7 @@ def session(cassandra_node: CassandraHandle) -> Iterator[Session]:
         f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.t_composite (a text, b int, PRIMARY KEY ((a, b)))"
     )
     yield session
-    session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}")
+    cassandra_node.drop_keyspace(session, KEYSPACE)
 
 
 def _random_text(rng: random.Random) -> str:

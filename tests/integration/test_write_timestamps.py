@@ -38,7 +38,7 @@ def session(cassandra_node: CassandraHandle) -> Iterator[Session]:
     session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.ints (k text PRIMARY KEY, v int)")
     session.set_keyspace(KEYSPACE)
     yield session
-    session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}")
+    cassandra_node.drop_keyspace(session, KEYSPACE)
 
 
 def _insert(session: Session, key: str, value: Any, ts: int, table: str = "cells") -> None:
