@@ -56,6 +56,7 @@ MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 SUPPORTED_JAVA = 17
 # The Security Manager Cassandra 5.0 installs is gone from JDK 24 on, so startup fails there.
 FIRST_UNSUPPORTED_JAVA = 24
+JVM_ROOTS = (Path("/usr/lib/jvm"),)
 LOOPBACK = "127.0.0.0/8"
 POLL_INTERVAL = 0.25
 
@@ -408,11 +409,31 @@ def check_java_major(major: int) -> None:
         log.warning("Java %d is untested here; JDK %d is the supported one", major, SUPPORTED_JAVA)
 
 
+def java_major(java: str) -> int:
+    result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    return parse_java_major(result.stderr + result.stdout)
+
+
+def _installed_jdk17() -> str | None:
+    # Machines here carry a Temurin 25 beside OpenJDK 17: should JAVA_HOME or PATH pick the
+    # wrong one, a JDK 17 installed beside it still runs Cassandra.
+    for root in JVM_ROOTS:
+        for java in sorted(root.glob("*/bin/java")):
+            with contextlib.suppress(LauncherError, OSError):
+                if java_major(str(java)) == SUPPORTED_JAVA:
+                    return str(java)
+    return None
+
+
 def check_java() -> tuple[str, int]:
     """The java binary to use and its major version, or a LauncherError saying what to install."""
     java = java_executable()
-    result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    major = parse_java_major(result.stderr + result.stdout)
+    major = java_major(java)
+    if major != SUPPORTED_JAVA:
+        fallback = _installed_jdk17()
+        if fallback:
+            log.info("%s is Java %d; using %s instead", java, major, fallback)
+            return fallback, SUPPORTED_JAVA
     check_java_major(major)
     return java, major
 

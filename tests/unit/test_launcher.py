@@ -268,11 +268,12 @@ def _fake_tool(bin_dir: Path, name: str, script: str) -> None:
 
 @pytest.fixture
 def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A PATH holding only the fake tools a test writes, and an empty cache."""
+    """A PATH holding only the fake tools a test writes, an empty cache, no other JDKs."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(launcher, "JVM_ROOTS", (tmp_path / "jvm",))
     monkeypatch.setenv(launcher.ENV_CACHE, str(tmp_path / "cache"))
     _fake_tool(bin_dir, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
     return bin_dir
@@ -312,3 +313,11 @@ def test_missing_java_is_named(fake_path: Path) -> None:
     (fake_path / "java").unlink()
     with pytest.raises(LauncherError, match="`java` not found"):
         launcher.check_java()
+
+
+def test_a_jdk_17_beside_a_too_new_java_is_used(fake_path: Path) -> None:
+    _fake_tool(fake_path, "java", "echo 'openjdk version \"25\" 2025-09-16' >&2")
+    jdk17 = fake_path.parent / "jvm" / "openjdk-17" / "bin"
+    jdk17.mkdir(parents=True)
+    _fake_tool(jdk17, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
+    assert launcher.check_java() == (str(jdk17 / "java"), 17)
