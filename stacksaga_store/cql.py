@@ -233,6 +233,26 @@ class CqlSession:
         self.counts.batch_statements += len(statements)
         await self._send(batch, True)
 
+    async def execute_lwt_batch(
+        self, statements: Sequence[tuple[Prepared, Sequence[Any]]]
+    ) -> list[Row]:
+        """One conditional batch (every statement an LWT on the same partition): all
+        conditions hold and every statement applies, or nothing does. Returns the rows
+        Cassandra answers with (``[applied]`` first)."""
+        check_state(0 < len(statements) <= BATCH_STATEMENTS_MAX, "batch size out of range")
+        batch = BatchStatement(
+            batch_type=BatchType.LOGGED,
+            consistency_level=driver_level(self.write_level),
+            serial_consistency_level=serial_level_for(self.write_level),
+        )
+        for prepared, params in statements:
+            check_state(prepared.kind is StatementKind.LWT, "a conditional batch holds LWTs")
+            batch.add(prepared.statement, list(params))
+            self.counts.record(prepared)
+        self.counts.batches += 1
+        self.counts.batch_statements += len(statements)
+        return await self._send(batch, True)
+
     async def _send(self, statement: BoundStatement | BatchStatement, is_write: bool) -> list[Row]:
         loop = asyncio.get_running_loop()
         try:
