@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Retry-Nodes of one service share the 64-bit Murmur3 ring (-2^63 .. 2^63-1). The coordinator
 splits it into ``n`` contiguous, non-overlapping :class:`TokenRange` s for the ``n`` live nodes,
-in join order (:func:`split_ring`); the node holding the range that starts at -2^63 (ordinal 0)
+sorted by node id (:func:`split_ring`); the node holding the range that starts at -2^63 (ordinal 0)
 is *Node-0*. Each grant is a :class:`Lease` with a fencing ``epoch``.
 
 Two rules keep two nodes from ever working on the same token at the same time:
@@ -27,7 +27,7 @@ renew, released, disconnect, tick, epoch persisted) returns the messages to send
 persists an epoch before it sends any grant of that epoch (raft's "persist before send").
 Phases::
 
-    ADOPTING --window over, ring covered--> STABLE --join/leave--> DRAINING
+    ADOPTING --window over, ring covered--> STABLE --join/leave/expiry--> DRAINING
     ADOPTING --window over, gaps/changes--> DRAINING --all released/expired--> PERSISTING
     PERSISTING --epoch e+1 persisted--> STABLE (new leases)      --persist failed--> DRAINING
 
@@ -235,7 +235,7 @@ class ServiceRing:
     lease_seconds: float
     now: float
     phase: Phase = field(init=False)
-    members: dict[str, int] = field(default_factory=dict)  # node -> last sequence (join order)
+    members: dict[str, int] = field(default_factory=dict)  # connected node -> last sequence
     holders: dict[str, _Holder] = field(default_factory=dict)
     adopt_until: float = field(init=False)
     lease_changes: int = 0
@@ -265,6 +265,7 @@ class ServiceRing:
                 return [self._grant(node_id, now)]
             current = self.holders.get(node_id)
             if self.phase is Phase.STABLE and current is not None and current.range == held[0]:
+                current.expires = now + self.lease_seconds
                 return [self._grant(node_id, now)]  # a reconnect to the same master
         if self.phase is Phase.STABLE:
             return self._start_draining(now, f"{node_id} joined")
@@ -285,17 +286,24 @@ class ServiceRing:
         return [Revoke(node_id, self.epoch, sequence, "rebalancing")]
 
     def released(self, node_id: str, sequence: int, epoch: int, now: float) -> list[Outbound]:
+        """The node stopped using its lease of ``epoch`` and has nothing in flight."""
         if node_id in self.members:
             self.members[node_id] = sequence
-        if epoch == self.epoch and self.phase is Phase.DRAINING:
-            self.holders.pop(node_id, None)
+        if epoch != self.epoch or node_id not in self.holders:
+            return self.tick(now)
+        del self.holders[node_id]
+        if self.phase in (Phase.STABLE, Phase.ADOPTING):
+            # Unasked: a graceful leave. Its range is free now, so rebalance at once.
+            self.members.pop(node_id, None)
+            if self.phase is Phase.STABLE:
+                return self._start_draining(now, f"{node_id} left")
         return self.tick(now)
 
     def disconnect(self, node_id: str, now: float) -> list[Outbound]:
-        """The session ended. Its lease, if any, runs out on its own (it may still be used)."""
+        """The session ended without a Released. The holder may still be working (a broken
+        stream is not a dead process): its range stays taken until the lease runs out, and
+        a reconnect that presents the lease within that time just renews it."""
         self.members.pop(node_id, None)
-        if node_id in self.holders and self.phase in (Phase.STABLE,):
-            return self._start_draining(now, f"{node_id} left")
         return self.tick(now)
 
     def tick(self, now: float) -> list[Outbound]:
@@ -336,9 +344,12 @@ class ServiceRing:
         self.phase = Phase.STABLE
         if not self.members:
             return []
-        ranges = split_ring(len(self.members))
+        # Sorted by node id, not join order: the same members get the same ranges back after
+        # any rebalance (a master failover, a reconnect), so little work changes hands.
+        members = sorted(self.members)
+        ranges = split_ring(len(members))
         grants: list[Outbound] = []
-        for node_id, token_range in zip(self.members, ranges, strict=True):
+        for node_id, token_range in zip(members, ranges, strict=True):
             self.holders[node_id] = _Holder(token_range, now + self.lease_seconds)
             grants.append(self._grant(node_id, now))
         self.lease_changes += len(grants)
