@@ -1,4 +1,5 @@
-"""``python -m stacksaga_store``: schema apply/check/print, show a transaction, run the demo.
+"""``python -m stacksaga_store``: schema apply/check/print, show a transaction, run the demo,
+show the recovery directory, run a ring coordinator.
 
 Exit codes: 0 success; 1 the schema check found errors (or the demo ended wrongly);
 2 bad configuration or usage; 3 Cassandra unreachable or a node failed to start.
@@ -41,6 +42,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     try:
         if args.action == "apply":
             report = apply_schema(session, driver.keyspace, schema)
+            _apply_extensions(settings, session, driver.keyspace)
             created = ", ".join(report.created_tables) or "none"
             print(
                 f"keyspace {report.keyspace}: created keyspace={report.created_keyspace}, "
@@ -57,6 +59,26 @@ def cmd_schema(args: argparse.Namespace) -> int:
     errors = [p for p in problems if p.severity is Severity.ERROR]
     print(f"keyspace {driver.keyspace}: " + (f"{len(errors)} error(s)" if errors else "OK"))
     return EXIT_PROBLEMS if errors else EXIT_OK
+
+
+def _apply_extensions(settings: StackSagaSettings, session: object, keyspace: str) -> None:
+    """The recovery engine's extension tables: es_ring_state always; the accord keyspace when
+    the accord commit mode is configured (create it before starting the sidecars)."""
+    from stacksaga_store.config import CommitModeName
+    from stacksaga_store.extension_schema import (
+        apply_accord_schema,
+        apply_coordination_schema,
+        default_accord_keyspace,
+    )
+
+    schema = settings.cassandra.schema_
+    apply_coordination_schema(session, keyspace, schema)
+    print(f"keyspace {keyspace}: es_ring_state ensured")
+    recovery = settings.cassandra.recovery
+    if recovery.commit_mode is CommitModeName.ACCORD:
+        accord_keyspace = recovery.accord.keyspace or default_accord_keyspace(keyspace)
+        tables = apply_accord_schema(session, accord_keyspace, schema)
+        print(f"accord keyspace {accord_keyspace}: {', '.join(tables)} ensured")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -81,6 +103,52 @@ def cmd_show(args: argparse.Namespace) -> int:
     for line in asyncio.run(show()):
         print(line)
     return EXIT_OK
+
+
+def cmd_directory(args: argparse.Namespace) -> int:
+    from stacksaga_store.clock import SystemClock
+    from stacksaga_store.directory import DirectoryScope
+    from stacksaga_store.directory_show import render_directory
+    from stacksaga_store.engine import RecoveryEngine
+
+    settings = _settings(args)
+    instance = settings.instance
+    scope = DirectoryScope(
+        args.region or instance.region,
+        args.cluster or instance.cluster,
+        args.service or instance.service_name,
+    )
+    recovery = settings.cassandra.recovery
+
+    async def show() -> list[str]:
+        runtime = await open_runtime(settings)
+        try:
+            engine = await RecoveryEngine.open(runtime)
+            try:
+                return await render_directory(
+                    directory=engine.directory,
+                    commit=engine.commit,
+                    scope=scope,
+                    windows=engine.writer.windows,
+                    now=SystemClock().now(),
+                    lookback_days=recovery.retry.lookback_days,
+                    delay_windows=recovery.restore.delay_windows,
+                )
+            finally:
+                await engine.close()
+        finally:
+            await runtime.close()
+
+    for line in asyncio.run(show()):
+        print(line)
+    return EXIT_OK
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from stacksaga_store.coordinator import serve_coordinator
+
+    settings = _settings(args)
+    return asyncio.run(serve_coordinator(settings, listen=args.listen, coordinator_id=args.id))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -118,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a transaction with its tryout history")
     show.add_argument("transaction_id")
     show.set_defaults(handler=cmd_show)
+    directory = sub.add_parser("directory", help="the recovery directory (seed Part 4)")
+    directory.add_argument("action", choices=("show",))
+    directory.add_argument("--service", help="service-name (default: stacksaga.instance's)")
+    directory.add_argument("--region", help="region (default: stacksaga.instance's)")
+    directory.add_argument("--cluster", help="cluster (default: stacksaga.instance's)")
+    directory.set_defaults(handler=cmd_directory)
+    coordinator = sub.add_parser(
+        "coordinator", help="run a ring coordinator (master or standby) for this cluster"
+    )
+    coordinator.add_argument("--listen", default="127.0.0.1:7690", help="host:port to serve")
+    coordinator.add_argument("--id", help="this coordinator's id (default: host:port)")
+    coordinator.set_defaults(handler=cmd_coordinator)
     demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")
     demo.add_argument("--node-ip", default=DEMO_NODE_IP, help="loopback address for the node")
     demo.add_argument("--contact-point", help="use a running Cassandra (host[:port]) instead")
