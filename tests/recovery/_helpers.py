@@ -66,3 +66,49 @@ async def dump_directory(runtime: StoreRuntime, scope: DirectoryScope) -> Direct
         return dump
 
     return await asyncio.get_running_loop().run_in_executor(None, read)
+
+
+@dataclass(frozen=True)
+class DispatchRecord:
+    node_id: str
+    transaction_id: Any
+    instance_id: str
+    window: str
+    epoch: int
+    at: float
+
+
+class RecordingDispatcher:
+    """Records every dispatch (node, transaction, the lease it ran under) and takes
+    ``seconds`` per row; checks at dispatch time that the node's lease covers the row."""
+
+    def __init__(
+        self, node_id: str, leases: Any, log: list[DispatchRecord], seconds: float = 0.0
+    ) -> None:
+        self.node_id = node_id
+        self.leases = leases
+        self.log = log
+        self.seconds = seconds
+        self.violations: list[str] = []
+
+    async def dispatch(self, entry: Any) -> Any:
+        from stacksaga_store.retry_node import DispatchOutcome
+        from stacksaga_store.writer import instance_token
+
+        lease = self.leases.current()
+        token = instance_token(entry.bucket.instance_id)
+        if lease is None or not lease.range.contains(token):
+            self.violations.append(f"{self.node_id} dispatched {entry.transaction_id} unleased")
+        self.log.append(
+            DispatchRecord(
+                self.node_id,
+                entry.transaction_id,
+                entry.bucket.instance_id,
+                str(entry.bucket.window),
+                lease.epoch if lease else -1,
+                self.leases.monotonic(),
+            )
+        )
+        if self.seconds:
+            await asyncio.sleep(self.seconds)
+        return DispatchOutcome.RESUMED

@@ -1,0 +1,274 @@
+"""The ring coordinator over gRPC with LWT leadership on real Cassandra.
+
+Reference: seed 000 Part 4, "The RSocket Ring Coordinator" (master/standby, leases, Retry-Nodes
+keep working while it restarts) and peers.md section 1 (no fencing token in StackSaga: ours
+adds epochs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from stacksaga_store.clock import ManualClock
+from stacksaga_store.config import load_settings
+from stacksaga_store.coordinator import Leadership, RingCoordinator
+from stacksaga_store.directory import DirectoryScope
+from stacksaga_store.engine import RecoveryEngine
+from stacksaga_store.lease_client import CoordinatorLeaseClient
+from stacksaga_store.model import TransactionKey
+from stacksaga_store.recovery import RetryRequest
+from stacksaga_store.retry_node import RetryNode
+from stacksaga_store.ring import covers_ring
+from stacksaga_store.runtime import StoreRuntime, open_runtime
+from stacksaga_store.states import ExecutionType
+from stacksaga_store.v1 import ring_pb2 as pb
+from stacksaga_store.v1 import ring_pb2_grpc
+from stacksaga_store.writer import RecoveryWriter
+from tests.recovery._helpers import DispatchRecord, RecordingDispatcher, dump_directory
+from tests.recovery._processes import children, free_port, write_config
+from tests.recovery.conftest import T0, recovery_overrides
+from tests.stacksaga.conftest import run
+
+pytestmark = pytest.mark.cassandra
+
+LEASE_SECONDS = 5.0
+TTL_SECONDS = 2
+
+
+async def wait_until(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@asynccontextmanager
+async def coordinator(runtime: StoreRuntime, name: str) -> AsyncIterator[RingCoordinator]:
+    leadership = Leadership(
+        runtime.cql,
+        runtime.driver_config.keyspace,
+        region=runtime.settings.instance.region,
+        cluster=runtime.settings.instance.cluster,
+        holder=name,
+        ttl_seconds=TTL_SECONDS,
+    )
+    server = RingCoordinator(
+        leadership=leadership, coordinator_id=name, lease_seconds=LEASE_SECONDS
+    )
+    await server.start("127.0.0.1:0")
+    try:
+        yield server
+    finally:
+        await server.stop(resign=True)
+
+
+def test_failover_keeps_leases_and_epochs(recovery_driver: object, service_name: str) -> None:
+    """Master and standby; two nodes get disjoint leases covering the ring; the master dies
+    without resigning; the standby adopts the same leases (same epoch) with no gap."""
+
+    async def body() -> None:
+        # A cluster name of its own: the leadership row is per (region, cluster).
+        overrides = recovery_overrides(service_name)
+        overrides["instance"]["cluster"] = f"cluster-{uuid.uuid4().hex[:8]}"
+        runtime = await open_runtime(load_settings(**overrides), driver_config=recovery_driver)  # type: ignore[arg-type]
+        clients: list[CoordinatorLeaseClient] = []
+        try:
+            async with coordinator(runtime, "master") as master:
+                await wait_until(lambda: master.is_leader, 10, "the master's leadership")
+                async with coordinator(runtime, "standby") as standby:
+                    addresses = [f"127.0.0.1:{master.port}", f"127.0.0.1:{standby.port}"]
+                    for name in ("node-a", "node-b"):
+                        client = CoordinatorLeaseClient(
+                            addresses, node_id=name, service_name=service_name
+                        )
+                        client.start()
+                        clients.append(client)
+
+                    def settled() -> bool:
+                        leases = [c.current() for c in clients]
+                        return all(leases) and covers_ring(
+                            [lease.range for lease in leases if lease]
+                        )
+
+                    await wait_until(settled, 20, "two leases covering the ring")
+                    before = [c.current() for c in clients]
+                    assert before[0] is not None and before[1] is not None
+                    assert before[0].epoch == before[1].epoch
+                    assert sorted(lease.ordinal for lease in before if lease) == [0, 1]
+                    assert not standby.is_leader
+
+                    # The master dies (no resignation): its row expires after the TTL.
+                    for task in master._tasks:
+                        task.cancel()
+                    master._leader = False
+                    assert master._server is not None
+                    await master._server.stop(grace=0)
+                    lost_at = time.monotonic()
+                    await wait_until(lambda: standby.is_leader, 15, "the standby's takeover")
+                    # Leases stayed valid throughout and were adopted unchanged.
+                    for client, lease in zip(clients, before, strict=True):
+                        assert lease is not None
+                        await wait_until(
+                            lambda c=client: c.connected_to == addresses[1], 10, "reconnect"
+                        )
+                        now_lease = client.current()
+                        assert now_lease is not None
+                        assert (now_lease.range, now_lease.epoch) == (lease.range, lease.epoch)
+                    await asyncio.sleep(LEASE_SECONDS)  # past the adoption window
+                    after = [c.current() for c in clients]
+                    assert all(after)
+                    assert [(x.range, x.epoch) for x in after if x] == [
+                        (x.range, x.epoch) for x in before if x
+                    ]
+                    assert all(len(c.leases_seen) == 1 for c in clients), "no lease change"
+                    assert time.monotonic() - lost_at > TTL_SECONDS * 0.5
+        finally:
+            for client in clients:
+                await client.stop()
+            await runtime.close()
+
+    run(body())
+
+
+def test_two_retry_nodes_survive_a_coordinator_restart(
+    recovery_driver_text: str,
+    recovery_driver: object,
+    service_name: str,
+    tmp_path: Path,
+) -> None:
+    """Issue test 5: two Retry-Nodes on leases from a master coordinator *process* that is
+    SIGKILLed mid-window; the standby process takes over (and the killed one comes back as a
+    standby). Every row is dispatched exactly once, by the node whose lease covered it."""
+
+    async def body() -> None:
+        cluster = f"cluster-{uuid.uuid4().hex[:8]}"
+        overrides = recovery_overrides(
+            service_name,
+            concurrency=2,
+            coordinator={"lease-duration": "6s", "leadership-ttl": "2s"},
+        )
+        overrides["instance"]["cluster"] = cluster
+        config = write_config(tmp_path / "config", overrides, recovery_driver_text)
+        settings = load_settings(config)
+        runtime = await open_runtime(settings, driver_config=recovery_driver)  # type: ignore[arg-type]
+        clock = ManualClock(T0)
+        ports = [free_port(), free_port()]
+        addresses = [f"127.0.0.1:{port}" for port in ports]
+        with children(tmp_path) as group:
+            master = group.coordinator("master", config, ports[0])
+            master.wait_for_output("serving on", 60)
+            standby = group.coordinator("standby", config, ports[1])
+            standby.wait_for_output("serving on", 60)
+            engine = await RecoveryEngine.open(runtime, clock=clock)
+            try:
+                # 60 writer instances, 5 retry pointers each, in window W+1 of T0.
+                txns = await write_pointers(runtime, clock, engine, instances=60, per_instance=5)
+                clock.advance(timedelta(minutes=1))
+                log: list[DispatchRecord] = []
+                nodes, clients, dispatchers = [], [], []
+                for name in ("node-a", "node-b"):
+                    client = CoordinatorLeaseClient(
+                        addresses, node_id=name, service_name=service_name
+                    )
+                    client.start()
+                    dispatcher = RecordingDispatcher(name, client, log, seconds=0.05)
+                    node = engine.retry_node(
+                        engine.orchestrator(), client, node_id=name, dispatcher=dispatcher
+                    )
+                    clients.append(client)
+                    dispatchers.append(dispatcher)
+                    nodes.append(node)
+                stop = asyncio.Event()
+                runners = [asyncio.create_task(n.run(stop=stop, idle_seconds=0.2)) for n in nodes]
+                try:
+                    await wait_until(lambda: len(log) >= 40, 60, "the first 40 dispatches")
+                    master.kill()  # the coordinator master dies mid-window
+                    killed_at = len(log)
+                    restarted = group.coordinator("master-again", config, ports[0])
+                    await wait_until(
+                        lambda: len({r.transaction_id for r in log}) == len(txns),
+                        90,
+                        "every row dispatched",
+                    )
+                    restarted.wait_for_output("serving on", 60)
+                    # Node-0 compacts the window once both nodes dropped their markers and the
+                    # window has ended (Gate 2).
+                    clock.advance(timedelta(minutes=1))
+                    await wait_until(lambda: compacted(nodes), 30, "node-0 compaction")
+                finally:
+                    stop.set()
+                    await asyncio.gather(*runners)
+                    for client in clients:
+                        await client.stop()
+                assert killed_at < len(txns), "the kill happened mid-window"
+                dispatched = [r.transaction_id for r in log]
+                assert len(dispatched) == len(set(dispatched)), "a row was dispatched twice"
+                assert set(dispatched) == set(txns), "a row was skipped"
+                assert [v for d in dispatchers for v in d.violations] == []
+                assert {r.node_id for r in log} == {"node-a", "node-b"}
+                # The failover was adopted: one lease per node for the whole test, same epoch.
+                assert [len(c.leases_seen) for c in clients] == [1, 1]
+                assert len({r.epoch for r in log}) == 1
+                assert await leader_of(addresses[1]), "the standby took over"
+                # Each instance was handled by one node only: the leases never overlapped.
+                by_instance: dict[str, set[str]] = {}
+                for record in log:
+                    by_instance.setdefault(record.instance_id, set()).add(record.node_id)
+                assert all(len(owners) == 1 for owners in by_instance.values())
+                dump = await dump_directory(runtime, DirectoryScope.of(settings.instance))
+                assert dump.count("es_recovery_windows_by_day") == 0
+                assert dump.empty_below_tier2
+            finally:
+                await engine.close()
+                await runtime.close()
+
+    run(body())
+
+
+async def leader_of(address: str) -> bool:
+    async with grpc.aio.insecure_channel(address) as channel:
+        reply = await ring_pb2_grpc.RingCoordinatorStub(channel).Status(pb.StatusRequest())
+        return bool(reply.leader)
+
+
+def compacted(nodes: list[RetryNode]) -> bool:
+    return any(n.metrics.compaction["tier2_windows"] >= 1 for n in nodes)
+
+
+async def write_pointers(
+    runtime: StoreRuntime,
+    clock: ManualClock,
+    engine: RecoveryEngine,
+    *,
+    instances: int,
+    per_instance: int,
+) -> list[uuid.UUID]:
+    """Retry pointers from ``instances`` writer processes (one RecoveryWriter each)."""
+    txns: list[uuid.UUID] = []
+    instance = runtime.settings.instance
+    for _ in range(instances):
+        writer = RecoveryWriter(
+            directory=engine.directory,
+            events=runtime.events,
+            settings=runtime.settings,
+            commit=engine.commit,
+            clock=clock,
+        )
+        for _ in range(per_instance):
+            key = TransactionKey.of(instance, uuid.uuid4())
+            await writer.schedule_retry(
+                RetryRequest(key, "step", ExecutionType.EXECUTE, 1, "503", clock.now())
+            )
+            txns.append(key.transaction_id)
+    return txns
