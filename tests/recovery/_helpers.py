@@ -112,3 +112,124 @@ class RecordingDispatcher:
         if self.seconds:
             await asyncio.sleep(self.seconds)
         return DispatchOutcome.RESUMED
+
+
+def bulk_load_retry_bucket(
+    runtime: StoreRuntime,
+    scope: DirectoryScope,
+    *,
+    date_of_year: str,
+    minute_of_day: int,
+    instance_id: str,
+    instance_id_token: int,
+    transaction_ids: list[Any],
+    payload: bytes,
+    created_at: Any,
+) -> None:
+    """A fast loader for big buckets (synchronous; run it in a thread): es_transaction rows in
+    FAILED_WITH_RETRYABLE_ERROR, one retry bucket (index 0) holding all of them, and Tiers 1-4
+    above it. Tier-5 rows go in UNLOGGED batches (one partition each)."""
+    from cassandra.concurrent import execute_concurrent_with_args
+    from cassandra.query import BatchStatement, BatchType
+
+    session = runtime.cql.session
+    ks = runtime.driver_config.keyspace
+    scope_values = scope.params()
+    insert_txn = session.prepare(
+        f"INSERT INTO {ks}.es_transaction (region, cluster, service_name, transaction_id, "
+        "running_status, created_at, updated_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    execute_concurrent_with_args(
+        session,
+        insert_txn,
+        [
+            (*scope_values, txn, "FAILED_WITH_RETRYABLE_ERROR", created_at, created_at, payload)
+            for txn in transaction_ids
+        ],
+        concurrency=64,
+        raise_on_first_error=True,
+    )
+    insert_row = session.prepare(
+        f"INSERT INTO {ks}.es_recovery_transactions_by_instance (region, cluster, service_name, "
+        "date_of_year, minute_of_day, instance_id, bucket_index, transaction_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, 0, ?)"
+    )
+    for start in range(0, len(transaction_ids), 250):
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for txn in transaction_ids[start : start + 250]:
+            batch.add(insert_row, (*scope_values, date_of_year, minute_of_day, instance_id, txn))
+        session.execute(batch)
+    year = int(date_of_year[:4])
+    session.execute(
+        f"INSERT INTO {ks}.es_days_by_year (region, cluster, service_name, year, date_of_year) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        (*scope_values, year, date_of_year),
+    )
+    session.execute(
+        f"INSERT INTO {ks}.es_recovery_windows_by_day (region, cluster, service_name, "
+        "date_of_year, minute_of_day) VALUES (%s, %s, %s, %s, %s)",
+        (*scope_values, date_of_year, minute_of_day),
+    )
+    session.execute(
+        f"INSERT INTO {ks}.es_instances_by_recovery_window (region, cluster, service_name, "
+        "date_of_year, minute_of_day, instance_id_token, instance_id) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (*scope_values, date_of_year, minute_of_day, instance_id_token, instance_id),
+    )
+    session.execute(
+        f"INSERT INTO {ks}.es_buckets_by_instance (region, cluster, service_name, date_of_year, "
+        "minute_of_day, instance_id, bucket_index) VALUES (%s, %s, %s, %s, %s, %s, 0)",
+        (*scope_values, date_of_year, minute_of_day, instance_id),
+    )
+
+
+def committed_markers(
+    runtime: StoreRuntime, scope: DirectoryScope, transaction_ids: list[Any], step_id: str
+) -> set[Any]:
+    """The transactions whose marker for ``step_id`` is COMMITTED (synchronous)."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    session = runtime.cql.session
+    ks = runtime.driver_config.keyspace
+    select = session.prepare(
+        f"SELECT transaction_id, execution_state FROM {ks}.es_execution_markers WHERE "
+        "region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND step_id = ?"
+    )
+    results = execute_concurrent_with_args(
+        session,
+        select,
+        [(*scope.params(), txn, step_id) for txn in transaction_ids],
+        concurrency=64,
+        raise_on_first_error=True,
+    )
+    found = set()
+    for _, rows in results:
+        for row in rows:
+            if row["execution_state"] == "COMMITTED":
+                found.add(row["transaction_id"])
+    return found
+
+
+def statuses(
+    runtime: StoreRuntime, scope: DirectoryScope, transaction_ids: list[Any]
+) -> Counter[str]:
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    session = runtime.cql.session
+    ks = runtime.driver_config.keyspace
+    select = session.prepare(
+        f"SELECT running_status FROM {ks}.es_transaction WHERE region = ? AND cluster = ? "
+        "AND service_name = ? AND transaction_id = ?"
+    )
+    results = execute_concurrent_with_args(
+        session,
+        select,
+        [(*scope.params(), txn) for txn in transaction_ids],
+        concurrency=64,
+        raise_on_first_error=True,
+    )
+    counts: Counter[str] = Counter()
+    for _, rows in results:
+        for row in rows:
+            counts[row["running_status"]] += 1
+    return counts

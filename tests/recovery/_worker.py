@@ -1,0 +1,104 @@
+"""Worker processes the recovery tests SIGKILL: ``python -m tests.recovery._worker job.json``.
+
+Jobs (a JSON object):
+
+* ``{"kind": "saga", ...}``: a Standard-Node starts the 3-step ``order`` saga, whose second
+  step hangs after logging ``hang``, until the test kills the process mid-saga;
+* ``{"kind": "retry_node", ...}``: a Retry-Node (whole ring, no coordinator) runs passes over
+  the directory with the ``bulk`` saga until killed.
+
+Every step appends one line per execution to the job's log file with O_APPEND (single small
+writes never interleave between processes), so the file counts executions exactly, even
+across a SIGKILL. Both jobs use a manual clock frozen at ``clock`` (ISO text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from stacksaga_store.clock import ManualClock
+from stacksaga_store.config import load_settings
+from stacksaga_store.driver import parse_driver_config
+from stacksaga_store.engine import RecoveryEngine
+from stacksaga_store.ring import StaticLeaseSource
+from stacksaga_store.runtime import open_runtime
+from stacksaga_store.saga import Saga, Step, StepContext
+
+
+def append_line(path: str, line: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (line + "\n").encode())
+    finally:
+        os.close(descriptor)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    file = Path(path)
+    return file.read_text().splitlines() if file.exists() else []
+
+
+def order_saga(log: str, *, hang_in_payment: bool) -> Saga:
+    """inventory -> payment -> shipping; each logs ``<step> <txn> <pid>``."""
+
+    def step(name: str, hang: bool = False) -> Step:
+        async def execute(ctx: StepContext) -> dict[str, Any]:
+            append_line(log, f"{name} {ctx.transaction_id} {os.getpid()}")
+            if hang:
+                append_line(log, f"hang {ctx.transaction_id} {os.getpid()}")
+                await asyncio.Event().wait()  # until SIGKILL
+            return {name: "done"}
+
+        async def compensate(ctx: StepContext) -> None:
+            append_line(log, f"undo-{name} {ctx.transaction_id} {os.getpid()}")
+
+        return Step(name, execute, compensate)
+
+    return Saga("order", (step("inventory"), step("payment", hang_in_payment), step("shipping")))
+
+
+def bulk_saga(log: str) -> Saga:
+    """One step that logs ``work <txn> <pid>``: the 5,000-row bucket test."""
+
+    async def work(ctx: StepContext) -> None:
+        append_line(log, f"work {ctx.transaction_id} {os.getpid()}")
+
+    return Saga("bulk", (Step("work", work),))
+
+
+async def main(job: dict[str, Any]) -> None:
+    settings = load_settings(**job["overrides"])
+    runtime = await open_runtime(
+        settings, driver_config=parse_driver_config(job["driver_text"], "<worker>")
+    )
+    clock = ManualClock(datetime.fromisoformat(job["clock"]))
+    engine = await RecoveryEngine.open(runtime, clock=clock)
+    try:
+        if job["kind"] == "saga":
+            saga = order_saga(job["log"], hang_in_payment=True)
+            orchestrator = engine.orchestrator(sagas=[saga])
+            append_line(job["log"], f"started {os.getpid()}")
+            await orchestrator.start(saga, {"order": 1})
+        elif job["kind"] == "retry_node":
+            saga = bulk_saga(job["log"])
+            orchestrator = engine.orchestrator(sagas=[saga])
+            leases = StaticLeaseSource(settings.instance.service_name)
+            node = engine.retry_node(orchestrator, leases, node_id=f"worker-{os.getpid()}")
+            append_line(job["log"], f"started {os.getpid()}")
+            stop = asyncio.Event()
+            await node.run(stop=stop, idle_seconds=0.2)
+        else:
+            raise SystemExit(f"unknown job kind {job['kind']!r}")
+    finally:
+        await engine.close()
+        await runtime.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(Path(sys.argv[1]).read_text())))
