@@ -7,7 +7,7 @@ Examples::
         --nemesis partition --nemesis-interval 5 --seed 1
     python -m maelstrom.harness --workload txn-list-append --node-count 5 --time-limit 30 \\
         --rate 50 --nemesis partition --seed 2 -- --replication-factor 3
-    python -m maelstrom.harness --recheck store/lin-kv/latest/history.json
+    python -m maelstrom.harness --recheck results/maelstrom/lin-kv/latest/history.json
 
 Arguments after ``--`` are passed to every node. Exit status: 0 valid, 1 invalid,
 2 unknown (including an aborted run).
@@ -67,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=None, help="random if omitted (printed)")
     parser.add_argument("--bin", default=None, help="node executable (python -m maelstrom.node)")
-    parser.add_argument("--store", default="store", help="results go to STORE/<workload>/<time>")
+    # Maelstrom writes to store/; here the default sits under results/, which git ignores.
+    parser.add_argument(
+        "--store",
+        default="results/maelstrom",
+        help="results go to STORE/<workload>/<time> (results/maelstrom)",
+    )
     parser.add_argument("--results-dir", default=None, help="exact results directory")
     parser.add_argument("--timeout-ms", type=float, default=0.0, help="client timeout override")
     parser.add_argument("--per-key-limit", type=int, default=100, help="lin-kv ops per key")

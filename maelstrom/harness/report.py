@@ -7,7 +7,8 @@ A run's ``:valid?`` is the merge (false beats unknown beats true) of:
 * the harness's own findings: any protocol error makes the run invalid; an aborted run or
   a node that exited mid-test makes it unknown (the history is incomplete).
 
-Files written to the results directory, after Maelstrom's ``store/<test>/<time>/``:
+Files written to the results directory (``results/maelstrom/<workload>/<time>/`` by
+default, after Maelstrom's ``store/<test>/<time>/``):
 ``history.edn`` (Jepsen), ``history.json`` (lossless; ``--recheck`` reads it),
 ``results.edn`` and ``results.json``, ``porcupine-input.json``, ``porcupine.html`` when
 Porcupine finds a violation, and ``node-logs/<node>.log`` (each node's stderr).
