@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -161,18 +162,30 @@ class LeaseSource(Protocol):
 
 
 class StaticLeaseSource:
-    """The whole ring, forever: one Retry-Node without a coordinator (and tests)."""
+    """A fixed range, forever: one Retry-Node without a coordinator (the whole ring), a
+    static split configured by hand, and tests."""
 
-    def __init__(self, service_name: str, *, epoch: int = 1) -> None:
-        self._lease = Lease(service_name, FULL_RING, epoch, 0, 1, math.inf)
+    def __init__(
+        self,
+        service_name: str,
+        *,
+        token_range: TokenRange | None = None,
+        epoch: int = 1,
+        members: int = 1,
+    ) -> None:
+        chosen = token_range or FULL_RING
+        ordinal = 0 if chosen.start == MIN_TOKEN else 1
+        self._lease: Lease | None = Lease(service_name, chosen, epoch, ordinal, members, math.inf)
         self.in_flight = 0
 
     def current(self) -> Lease | None:
         return self._lease
 
-    def monotonic(self) -> float:
-        import time
+    def revoke(self) -> None:
+        """Take the lease away (tests: a lease lost mid-pass)."""
+        self._lease = None
 
+    def monotonic(self) -> float:
         return time.monotonic()
 
     def note_in_flight(self, count: int) -> None:
