@@ -40,9 +40,7 @@ from tests.stacksaga.conftest import SIMPLE_SCHEMA, driver_text
 T0 = datetime(2031, 3, 12, 12, 0, 30, tzinfo=UTC)
 
 
-def recovery_overrides(
-    service: str, *, lifetime: str = "24h", **recovery: Any
-) -> dict[str, Any]:
+def recovery_overrides(service: str, *, lifetime: str = "24h", **recovery: Any) -> dict[str, Any]:
     """Settings for a test: small buckets and delays unless the test says otherwise."""
     base: dict[str, Any] = {
         "window-interval-minutes": 1,
