@@ -114,6 +114,14 @@ class RunConfig:
             raise ValueError(f"unsupported nemesis {sorted(unknown)}: only 'partition'")
         if self.nemesis_interval_s <= 0:
             raise ValueError("nemesis interval must be positive")
+        group = 2 * self.node_count
+        if self.workload == "lin-kv" and self.effective_concurrency % group:
+            raise ValueError(
+                f"lin-kv needs --concurrency to be a multiple of 2n = {group} "
+                f"(jepsen.independent), got {self.effective_concurrency}"
+            )
+        if self.concurrency < 0:
+            raise ValueError("concurrency must not be negative")
         bad_shapes = set(self.partition_shapes) - set(PARTITION_SHAPES)
         if bad_shapes or not self.partition_shapes:
             raise ValueError(f"partition shapes must come from {', '.join(PARTITION_SHAPES)}")

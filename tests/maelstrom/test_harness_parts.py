@@ -10,6 +10,7 @@ import pytest
 from maelstrom.edn import Keyword, dumps
 from maelstrom.harness.generators import LinKvGenerator, TxnGenerator
 from maelstrom.harness.net import PARTITION_SHAPES, Latency, grudge
+from maelstrom.harness.runner import RunConfig
 from maelstrom.history import Event, from_json, pair, to_edn_lines, to_json
 
 NODES = [f"n{i}" for i in range(5)]
@@ -146,3 +147,17 @@ def test_edn_values() -> None:
     assert dumps({"has space": 1.5}) == '{"has space" 1.5}'
     with pytest.raises(ValueError, match="NaN"):
         dumps(float("nan"))
+
+
+def test_run_config_applies_maelstrom_defaults_and_refuses_bad_options() -> None:
+    lin = RunConfig(workload="lin-kv", node_count=5, latency=Latency(150, "constant"))
+    assert lin.nodes == ("n0", "n1", "n2", "n3", "n4")
+    assert lin.effective_concurrency == 10 and lin.effective_timeout_ms == 1500
+    txn = RunConfig(workload="txn-list-append", node_count=3)
+    assert txn.effective_concurrency == 3 and txn.effective_timeout_ms == 5000
+    with pytest.raises(ValueError, match="multiple of 2n"):
+        RunConfig(workload="lin-kv", node_count=5, concurrency=7)
+    with pytest.raises(ValueError, match="only 'partition'"):
+        RunConfig(workload="lin-kv", nemesis=("kill",))
+    with pytest.raises(ValueError, match="unknown workload"):
+        RunConfig(workload="g-set")
