@@ -143,3 +143,39 @@ def open_stack(
             await runtime.close()
 
     return opener
+
+
+@pytest.fixture(scope="session")
+def accord_sidecars(
+    cassandra_node: CassandraHandle,
+    recovery_keyspace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[list[str]]:
+    """Three Accord sidecars serving the accord keyspace on the test node; their addresses.
+
+    Started once per session (each is a separate process) after the keyspace exists: a
+    sidecar reads its keyspaces' tables at start-up.
+    """
+    from accord_cassandra.cluster import LocalSidecars
+
+    sidecars = LocalSidecars(
+        directory=tmp_path_factory.mktemp("accord-sidecars"),
+        nodes=3,
+        replication_factor=3,
+        store="cassandra",
+        cassandra={
+            "contact_points": list(cassandra_node.contact_points),
+            "port": cassandra_node.native_port,
+            "keyspaces": [default_accord_keyspace(recovery_keyspace)],
+        },
+    )
+    sidecars.start(timeout=90)
+    try:
+        yield sidecars.addresses()
+    finally:
+        sidecars.stop()
+
+
+def accord_recovery(addresses: list[str]) -> dict[str, Any]:
+    """Recovery settings selecting the accord commit mode with these sidecars."""
+    return {"commit-mode": "accord", "accord": {"sidecars": addresses, "timeout": "20s"}}

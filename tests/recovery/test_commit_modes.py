@@ -1,0 +1,262 @@
+"""Crash injection at every write boundary, in both commit modes (``ordered``, ``accord``).
+
+A :class:`~stacksaga_store.commit_modes.SimulatedCrash` stops a process at a boundary: nothing
+after it runs and the process's memory is abandoned (a fresh engine, with a new instance id,
+plays the next process). After each crash the saga must end up recovered or correctly left
+alone, never orphaned and never re-run once finished, and the directory must drain.
+
+Reference: stacksaga_store/commit_modes.py (the tables of crash points and why each is safe);
+seed 000 Part 4, "What Happens at Restore Pickup".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from stacksaga_store.clock import ManualClock
+from stacksaga_store.commit_modes import CrashPoint, CrashPoints, SimulatedCrash
+from stacksaga_store.directory import DirectoryScope
+from stacksaga_store.errors import RetryableStepError
+from stacksaga_store.retry_node import DispatchOutcome, RetryNode
+from stacksaga_store.ring import StaticLeaseSource
+from stacksaga_store.saga import Saga, Step, StepContext
+from stacksaga_store.states import RunningStatus
+from tests.recovery._helpers import dump_directory
+from tests.recovery.conftest import T0, Stack, StackFactory, accord_recovery
+from tests.stacksaga.conftest import run
+
+pytestmark = pytest.mark.cassandra
+
+MINUTE = timedelta(minutes=1)
+DELAY = 5  # restore delay-windows of recovery_overrides()
+
+
+@pytest.fixture(params=["ordered", "accord"])
+def mode(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if request.param == "accord":
+        return accord_recovery(request.getfixturevalue("accord_sidecars"))
+    return {}
+
+
+class Steps:
+    """A one-step saga whose behaviour each test sets; counts executions per transaction."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[uuid.UUID] = Counter()
+        self.fail_first = False
+        self.hang: asyncio.Event | None = None
+        self.started = asyncio.Event()
+
+    def saga(self) -> Saga:
+        async def work(ctx: StepContext) -> None:
+            self.runs[ctx.transaction_id] += 1
+            self.started.set()
+            if self.hang is not None:
+                await self.hang.wait()
+            if self.fail_first and self.runs[ctx.transaction_id] == 1:
+                raise RetryableStepError("503")
+
+        return Saga("work", (Step("work", work),))
+
+
+def node_of(stack: Stack, steps: Steps, service: str) -> RetryNode:
+    orchestrator = stack.engine.orchestrator(sagas=[steps.saga()])
+    return stack.engine.retry_node(orchestrator, StaticLeaseSource(service))
+
+
+async def drain(stack: Stack, node: RetryNode, windows: int) -> None:
+    """Advance window by window, one pass each, until the directory below Tier 2 is empty."""
+    scope = DirectoryScope.of(stack.runtime.settings.instance)
+    for _ in range(windows):
+        report = await node.run_pass()
+        assert report.failed == 0
+        if (await dump_directory(stack.runtime, scope)).empty_below_tier2:
+            return
+        stack.clock.advance(MINUTE)
+    raise AssertionError(f"the directory did not drain in {windows} windows")
+
+
+async def status_of(stack: Stack, txn: uuid.UUID) -> RunningStatus | None:
+    key = stack.engine.writer.scope
+    from stacksaga_store.model import TransactionKey
+
+    record = await stack.runtime.events.read_record(
+        TransactionKey(key.region, key.cluster, key.service_name, txn)
+    )
+    return None if record is None else record.running_status
+
+
+@pytest.mark.parametrize("point", [CrashPoint.WATCHDOG_INDEXED, CrashPoint.WATCHDOG_ARMED])
+def test_crash_between_watchdog_and_transaction(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any], point: CrashPoint
+) -> None:
+    """Watchdog (partly) written, es_transaction never: pickup drops it, runs nothing."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        steps = Steps()
+        txn = uuid.uuid4()
+        async with open_stack(clock=clock, crash=CrashPoints(point), **mode) as crashed:
+            orchestrator = crashed.engine.orchestrator(sagas=[steps.saga()])
+            with pytest.raises(SimulatedCrash):
+                await orchestrator.start("work", {}, transaction_id=txn)
+        async with open_stack(clock=clock, **mode) as stack:
+            assert await status_of(stack, txn) is None
+            node = node_of(stack, steps, service_name)
+            clock.advance(DELAY * MINUTE)
+            await drain(stack, node, 3)
+            outcomes = node.metrics.dispatched
+            accord = "commit-mode" in mode
+            if accord and point is CrashPoint.WATCHDOG_INDEXED:
+                # The commit never happened: the bucket's live count is 0, so the index row is
+                # not a watchdog and the bucket is dropped unread (not even a status read).
+                assert node.metrics.buckets_skipped == 1
+                assert sum(outcomes.values()) == 0
+            else:
+                assert outcomes["RESTORE", DispatchOutcome.RELEASED.value] == 1
+            assert steps.runs == {}
+
+    run(body())
+
+
+def test_crash_between_retry_status_and_pointer(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
+) -> None:
+    """FAILED_WITH_RETRYABLE_ERROR written, retry pointer not: the watchdog restores it."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        steps = Steps()
+        steps.fail_first = True
+        txn = uuid.uuid4()
+        crash = CrashPoints(CrashPoint.RETRY_BEFORE_POINTER)
+        async with open_stack(clock=clock, crash=crash, **mode) as crashed:
+            orchestrator = crashed.engine.orchestrator(sagas=[steps.saga()])
+            with pytest.raises(SimulatedCrash):
+                await orchestrator.start("work", {}, transaction_id=txn)
+            assert await status_of(crashed, txn) is RunningStatus.FAILED_WITH_RETRYABLE_ERROR
+        async with open_stack(clock=clock, **mode) as stack:
+            node = node_of(stack, steps, service_name)
+            clock.advance(MINUTE)
+            report = await node.run_pass()
+            assert report.rows == 0  # no retry pointer: the fast path was lost
+            clock.advance((DELAY - 1) * MINUTE)
+            report = await node.run_pass()
+            assert node.metrics.dispatched["RESTORE", DispatchOutcome.RESUMED.value] == 1
+            assert await status_of(stack, txn) is RunningStatus.PROCESS_COMPLETED
+            assert steps.runs[txn] == 2
+            clock.advance(MINUTE)
+            await drain(stack, node, DELAY + 3)
+
+    run(body())
+
+
+def test_crash_between_final_status_and_release(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
+) -> None:
+    """PROCESS_COMPLETED written, watchdog never released: released at pickup, not re-run."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        steps = Steps()
+        txn = uuid.uuid4()
+        crash = CrashPoints(CrashPoint.RELEASE_BEFORE)
+        async with open_stack(clock=clock, crash=crash, **mode) as crashed:
+            orchestrator = crashed.engine.orchestrator(sagas=[steps.saga()])
+            with pytest.raises(SimulatedCrash):
+                await orchestrator.start("work", {}, transaction_id=txn)
+        async with open_stack(clock=clock, **mode) as stack:
+            assert await status_of(stack, txn) is RunningStatus.PROCESS_COMPLETED
+            node = node_of(stack, steps, service_name)
+            clock.advance(DELAY * MINUTE)
+            await drain(stack, node, 3)
+            assert node.metrics.dispatched["RESTORE", DispatchOutcome.RELEASED.value] == 1
+            assert steps.runs[txn] == 1
+
+    run(body())
+
+
+def test_crash_of_a_retry_node_between_rearm_and_resume(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
+) -> None:
+    """A Standard-Node dies mid-step; the Retry-Node restoring it dies right after re-arming
+    the watchdog. The old row is then recognised as superseded, and the new watchdog restores
+    the saga one delay later: never orphaned, never two watchdogs acting."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        steps = Steps()
+        steps.hang = asyncio.Event()
+        txn = uuid.uuid4()
+        async with open_stack(clock=clock, **mode) as standard:
+            orchestrator = standard.engine.orchestrator(sagas=[steps.saga()])
+            running = asyncio.create_task(orchestrator.start("work", {}, transaction_id=txn))
+            await asyncio.wait_for(steps.started.wait(), 60)
+            running.cancel()  # the process dies inside the step
+            with pytest.raises(asyncio.CancelledError):
+                await running
+        steps.hang = None
+        assert steps.runs[txn] == 1
+        clock.advance(DELAY * MINUTE)
+        crash = CrashPoints(CrashPoint.REARM_BEFORE_RESUME)
+        async with open_stack(clock=clock, crash=crash, **mode) as dying:
+            node = node_of(dying, steps, service_name)
+            with pytest.raises(SimulatedCrash):
+                await node.run_pass()
+            assert await status_of(dying, txn) is RunningStatus.STARTED
+        async with open_stack(clock=clock, **mode) as stack:
+            node = node_of(stack, steps, service_name)
+            report = await node.run_pass()
+            assert report.failed == 0 and report.buckets_dropped >= 1
+            if "commit-mode" in mode:
+                # The move committed: the old bucket's live count is 0, dropped unread.
+                assert node.metrics.buckets_skipped == 1
+            else:
+                # es_transaction.restore_* names the new row: the old one is superseded.
+                assert node.metrics.dispatched["RESTORE", DispatchOutcome.GONE.value] == 1
+            assert steps.runs[txn] == 1, "the superseded row did not re-run the saga"
+            clock.advance(DELAY * MINUTE)
+            report = await node.run_pass()
+            assert node.metrics.dispatched["RESTORE", DispatchOutcome.RESUMED.value] == 1
+            assert await status_of(stack, txn) is RunningStatus.PROCESS_COMPLETED
+            assert steps.runs[txn] == 2
+            clock.advance(MINUTE)
+            await drain(stack, node, DELAY + 3)
+
+    run(body())
+
+
+def test_finished_sagas_leave_restore_buckets_that_cost_nothing_to_drop(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
+) -> None:
+    """Completed sagas: ``ordered`` deletes each watchdog row (the seed's cell tombstones in
+    odd buckets); ``accord`` deletes nothing and the Retry-Node drops the bucket unread
+    because its live count is 0."""
+
+    async def body() -> None:
+        async with open_stack(**mode) as stack:
+            steps = Steps()
+            orchestrator = stack.engine.orchestrator(sagas=[steps.saga()])
+            for _ in range(5):
+                outcome = await orchestrator.start("work", {})
+                assert outcome.status is RunningStatus.PROCESS_COMPLETED
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            dump = await dump_directory(stack.runtime, scope)
+            accord = "commit-mode" in mode
+            assert len(dump.tier5_transactions(odd=True)) == (5 if accord else 0)
+            node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
+            stack.clock.advance(DELAY * MINUTE)
+            report = await node.run_pass()
+            assert report.buckets_dropped == 1
+            assert node.metrics.buckets_skipped == (1 if accord else 0)
+            assert report.rows == 0
+            dump = await dump_directory(stack.runtime, scope)
+            assert dump.empty_below_tier2
+
+    run(body())
