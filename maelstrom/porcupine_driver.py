@@ -105,6 +105,10 @@ def ensure_binary() -> Path:
         partial.unlink(missing_ok=True)
         raise PorcupineUnavailable(f"go build failed: {completed.stderr.strip()[-2000:]}")
     os.replace(partial, target)
+    for stale in CACHE_DIR.glob("porcupine-check-*"):
+        # Builds of older sources are never used again; a running one keeps its inode.
+        if stale != target:
+            stale.unlink(missing_ok=True)
     return target
 
 
