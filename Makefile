@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-saga test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
+.PHONY: demo demo-saga demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,17 @@ demo-saga: $(STAMP) cassandra-jars
 
 ## Everything: lint, types, layering contracts, then the whole test suite against a real
 ## Cassandra (jars fetched once into the cache, nodes started by the tests' own fixtures).
-test: $(STAMP) check cassandra-jars
+test: $(STAMP) check cassandra-jars porcupine
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## The external checker for Maelstrom histories (a Go program built with the module proxy).
+porcupine: $(STAMP)
+	$(PY) -c 'from maelstrom.porcupine_driver import ensure_binary; print(ensure_binary())'
+
+## Maelstrom-style run of the Accord node: 5 nodes, partitions, both checkers.
+demo-maelstrom: $(STAMP) porcupine
+	$(PY) -m maelstrom.harness -w txn-list-append --node-count 5 --concurrency 10 --time-limit 25 \
+	  --rate 40 --latency 5 --latency-dist exponential --nemesis partition --nemesis-interval 4 --seed 202
 
 check: lint typecheck importlint
 
