@@ -98,30 +98,19 @@ class Command:
 
 @dataclass(slots=True, eq=False)
 class KeyState:
-    """What one replica knows about one key: unpruned transactions by kind, and the highest
-    timestamps ever witnessed (which survive pruning and guard the fast path)."""
+    """What one replica knows about one key: its unpruned transactions by kind, and the
+    highest executeAt among those pruned (see ``CommandStore.mark_durable``)."""
 
     reads: dict[TxnId, Command] = field(default_factory=dict)
     writes: dict[TxnId, Command] = field(default_factory=dict)
-    max_write: Timestamp = TIMESTAMP_MIN
-    max_any: Timestamp = TIMESTAMP_MIN
-    # The largest executeAt among pruned transactions. Pruned transactions were applied
-    # everywhere; recovery treats them as proof against a fast path for any undecided
-    # transaction below them (see CommandStore.begin_recovery).
+    # Pruned transactions were applied everywhere; recovery treats them as proof against a
+    # fast path for any undecided transaction below them (see CommandStore.begin_recovery),
+    # and PreAccept treats them as conflicts that a fast vote must exceed.
     pruned_write: Timestamp = TIMESTAMP_MIN
     pruned_any: Timestamp = TIMESTAMP_MIN
-
-    def max_conflict(self, kind: Kind) -> Timestamp:
-        return self.max_write if kind is Kind.READ else self.max_any
 
     def pruned_conflict(self, kind: Kind) -> Timestamp:
         return self.pruned_write if kind is Kind.READ else self.pruned_any
 
     def conflicting(self, kind: Kind) -> list[dict[TxnId, Command]]:
         return [self.writes] if kind is Kind.READ else [self.writes, self.reads]
-
-    def witness(self, kind: Kind, at: Timestamp) -> None:
-        if at > self.max_any:
-            self.max_any = at
-        if kind is Kind.WRITE and at > self.max_write:
-            self.max_write = at

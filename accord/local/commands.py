@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accord.invariants import check_state, fail
+from accord.invariants import check_state
 from accord.local.command import Command, CommandSnapshot, KeyState
 from accord.local.effects import (
     Accepted,
@@ -182,25 +182,6 @@ class CommandStore:
             if state is None:
                 state = self.keys[key] = KeyState()
             (state.writes if kind is Kind.WRITE else state.reads)[command.txn_id] = command
-            state.witness(kind, command.txn_id)
-            if command.execute_at is not None:
-                state.witness(kind, command.execute_at)
-
-    def _witness(self, command: Command, at: Timestamp) -> None:
-        if command.txn is None:
-            return
-        for key in self.owned_keys(command.txn.keys):
-            self.keys[key].witness(command.kind, at)
-
-    def _max_conflict(self, txn: Txn, kind: Kind) -> Timestamp | None:
-        best: Timestamp | None = None
-        for key in self.owned_keys(txn.keys):
-            state = self.keys.get(key)
-            if state is not None:
-                candidate = state.max_conflict(kind)
-                if best is None or candidate > best:
-                    best = candidate
-        return best
 
     def _deps(self, txn_id: TxnId, txn: Txn, below: Timestamp) -> Deps:
         """Every known, not invalidated, conflicting txn on our keys with an id < ``below``."""
@@ -242,7 +223,6 @@ class CommandStore:
         command.execute_at = witnessed
         command.deps = deps
         command.fast_vote = witnessed == txn_id
-        self._witness(command, witnessed)
         self._persist(command)
         return PreAccepted(witnessed, deps, rejected)
 
@@ -301,7 +281,6 @@ class CommandStore:
         command.status = Status.ACCEPTED
         command.execute_at = execute_at
         command.deps = deps
-        self._witness(command, execute_at)
         self._persist(command)
         return Accepted(self._deps(txn_id, txn, execute_at))
 
@@ -351,7 +330,6 @@ class CommandStore:
         self._define(command, txn, route)
         command.execute_at = execute_at
         command.deps = deps
-        self._witness(command, execute_at)
         if stable:
             self._make_stable(command, deps)
         else:
@@ -405,7 +383,6 @@ class CommandStore:
             command.deps = deps
         command.writes = writes
         command.result = result
-        self._witness(command, execute_at)
         self._persist(command)
         self._notify(command)
         if was_stable and command.waiting_on is not None:
@@ -450,7 +427,6 @@ class CommandStore:
             command.execute_at = witnessed
             command.deps = self._deps(txn_id, txn, txn_id)
             command.fast_vote = False
-            self._witness(command, witnessed)
         self._persist(command)
         rejects = False
         committed_witness: list[TxnId] = []
@@ -693,11 +669,3 @@ class CommandStore:
         reads, self.data_reads = self.data_reads, []
         writes, self.data_writes = self.data_writes, []
         return persisted, reads, writes
-
-    def waiting_on_unknown(self, command: Command) -> list[TxnId]:
-        if not command.waiting_on:
-            return []
-        return [d for d in command.waiting_on if not self.commands[d].status.is_decided]
-
-    def fail_unknown(self, txn_id: TxnId) -> None:
-        fail("unknown txn %s", txn_id)
