@@ -1,66 +1,79 @@
-"""``python -m bench <suite> [--quick] [--profile]``: run a benchmark suite, write its JSON
-into ``results/`` and print a short Markdown summary.
+"""``python -m bench <suite> [--quick] [--profile] [--results DIR]``: run a benchmark suite and
+write ``<suite>.json``, ``<suite>.md`` and ``<suite>-<figure>.png`` into ``DIR`` (default
+``results/``), then print the Markdown summary.
 
-Suites: ``sim`` (simulated transactions per CPU-second), ``saga`` (saga store on a real
-Cassandra node it starts itself).
+Suites:
+
+* ``latency``: Accord commit latency under an emulated 3-region WAN vs the fast-quorum RTT
+  (and, outside ``--quick``, Accord on Cassandra vs LWT under the same WAN);
+* ``contention``: Zipf-distributed conflicting transfers, clock skew, reorder buffer off/on:
+  fast-path share and latency;
+* ``throughput``: saturation on a real 3-node Cassandra, Accord vs LWT, same cluster and run;
+* ``sim``: simulated transactions per CPU-second;
+* ``saga``: saga store on a real Cassandra node;
+* ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
+
+``--quick`` is a small run that checks the suite works and writes well-formed output; its
+figures mean little. Each figure states which layer produced its network conditions.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import importlib
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import saga_store, sim_throughput
+from bench.report import machine, markdown, note, write_outputs
 
-SUITES: dict[str, Callable[..., dict[str, Any]]] = {
-    "sim": sim_throughput.run,
-    "saga": saga_store.run,
+# Suite name -> module whose ``run(*, quick, profile) -> dict`` measures it. Modules are
+# imported only when chosen, so one suite's optional dependencies never break another.
+SUITES: dict[str, str] = {
+    "latency": "bench.latency",
+    "contention": "bench.contention",
+    "throughput": "bench.throughput",
+    "sim": "bench.sim_throughput",
+    "saga": "bench.saga_store",
 }
+if importlib.util.find_spec("bench.recovery_engine") is not None:
+    SUITES["recovery"] = "bench.recovery_engine"
 
 
-def _summary(report: dict[str, Any]) -> list[str]:
-    rows = ["| figure | value |", "|---|---|"]
-    for name, value in report.items():
-        if isinstance(value, int | float | str) and name not in ("method", "profile_top", "when"):
-            rows.append(f"| {name} | {value} |")
-        elif isinstance(value, dict):
-            for inner, figure in value.items():
-                if isinstance(figure, int | float | str):
-                    rows.append(f"| {name}.{inner} | {figure} |")
-    return rows
+def suite(name: str) -> Callable[..., dict[str, Any]]:
+    runner: Callable[..., dict[str, Any]] = importlib.import_module(SUITES[name]).run
+    return runner
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument(
         "--quick", action="store_true", help="small run that only checks the suite works"
     )
     parser.add_argument("--profile", action="store_true", help="include the top profile entries")
-    parser.add_argument("--results", default="results", help="folder for JSON output")
-    args = parser.parse_args()
-    report = SUITES[args.suite](quick=args.quick, profile=args.profile)
-    report["machine"] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.machine(),
-    }
+    parser.add_argument("--results", default="results", help="folder for the output files")
+    args = parser.parse_args(argv)
+    details = machine()
+    started = time.monotonic()
+    mode = " (quick)" if args.quick else ""
+    note(f"suite {args.suite}{mode}; load average {details['load_average_1_5_15']}")
+    report = suite(args.suite)(quick=args.quick, profile=args.profile)
+    report.setdefault("suite", args.suite)
+    report["quick"] = args.quick
+    details["load_average_at_end"] = machine()["load_average_1_5_15"]
+    report["machine"] = details
     report["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    folder = Path(args.results)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{args.suite}.json"
-    path.write_text(json.dumps(report, indent=2, default=str))
-    print("\n".join(_summary(report)))
-    if "profile_top" in report:
-        print(report["profile_top"])
-    print(f"written {path}")
+    report["wall_seconds"] = round(time.monotonic() - started, 1)
+    written = write_outputs(args.suite, report, Path(args.results))
+    print(markdown(args.suite, report))
+    for path in written:
+        print(f"written {path}")
     return 0
 
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

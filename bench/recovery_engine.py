@@ -1,0 +1,493 @@
+"""Recovery engine figures on a real Cassandra node: starts, re-invocations, tombstones.
+
+``run(quick=..., profile=...)`` starts one Cassandra node through the project's launcher on
+127.0.78.1 (``STACKSAGA_BENCH_RECOVERY_NODE_IP`` moves it; ``STACKSAGA_BENCH_CONTACT_POINT=
+host[:port]`` uses a running node), three Accord sidecars on it for the ``accord`` commit
+mode, and measures:
+
+* ``starts[mode]``: saga starts per second in each commit mode, two ways: ``create`` (the
+  watchdog plus es_transaction, no step) and ``saga`` (a whole one-step saga: create, the
+  step under its RELAXED marker, completion and the watchdog's release); with writes per start
+  counted by the client (``client_mutations``: rows the store wrote, Tier 1-4 amortised) and by
+  the server (``server_writes``: ``system_views.local_write_latency`` counts, which include
+  the rows Accord's sidecar replicas apply, once per replica), and Accord transactions;
+* ``reinvocations[n]``: re-invocations per second with ``n`` = 1 and 2 Retry-Node *processes*
+  splitting the ring (static halves), each resuming real FAILED_WITH_RETRYABLE_ERROR sagas
+  from one window of the directory (64 writer instances), started together behind a barrier;
+* ``tombstones``: Cassandra's own trace of the Retry-Node's Tier-5 reads ("Read N live rows
+  and M tombstone cells") for an even (retry) bucket, and for an odd (restore) bucket whose
+  sagas all completed, in both modes; plus the Tier-3/Tier-4 reads of a pass.
+
+Nothing asserts on time; the figures are whatever this machine gives. ``python -m bench
+recovery [--quick] [--profile]`` (once registered in bench/__main__.py) or ``python -m
+bench.recovery_engine [--quick] [--profile]`` prints them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from stacksaga_store.clock import ManualClock
+from stacksaga_store.config import StackSagaSettings, load_settings
+from stacksaga_store.directory import DirectoryScope
+from stacksaga_store.driver import DriverConfig
+from stacksaga_store.engine import RecoveryEngine
+from stacksaga_store.extension_schema import (
+    apply_accord_schema,
+    apply_coordination_schema,
+    default_accord_keyspace,
+)
+from stacksaga_store.ring import StaticLeaseSource, split_ring
+from stacksaga_store.runtime import connect_sync, open_runtime
+from stacksaga_store.saga import Saga, SagaPayload, Step, StepContext
+from stacksaga_store.schema import apply_schema
+from stacksaga_store.windows import WindowMath
+from stacksaga_store.writer import instance_token
+
+BENCH_NODE_IP = "127.0.78.1"
+NODE_IP_ENV = "STACKSAGA_BENCH_RECOVERY_NODE_IP"
+CONTACT_POINT_ENV = "STACKSAGA_BENCH_CONTACT_POINT"
+T0 = datetime(2031, 6, 1, 10, 0, 30, tzinfo=UTC)
+WRITER_INSTANCES = 64
+_TRACE = re.compile(r"Read (\d+) live rows? and (\d+) tombstone cells?")
+
+
+def _saga() -> Saga:
+    async def nothing(ctx: StepContext) -> None:
+        return None
+
+    return Saga("bench", (Step("work", nothing),))
+
+
+def _settings(service: str, recovery: dict[str, Any]) -> StackSagaSettings:
+    return load_settings(
+        cassandra={
+            "schema": {"replication-strategy": "SimpleStrategy", "replication-factor": 1},
+            "transaction": {"lifetime": "30d"},
+            "recovery": {
+                "bucket-size": 50_000,
+                "concurrency": 100,
+                "restore": {"delay-windows": 5},
+                **recovery,
+            },
+        },
+        instance={"region": "bench", "cluster": "bench", "service-name": service},
+    )
+
+
+def _driver(contact_point: tuple[str, int], keyspace: str) -> DriverConfig:
+    return DriverConfig(
+        contact_points=(contact_point,),
+        local_datacenter="datacenter1",
+        session_keyspace=keyspace,
+        request_timeout=timedelta(seconds=30),
+        origin="<bench>",
+    )
+
+
+async def _bounded(count: int, concurrency: int, job: Callable[[int], Any]) -> float:
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(index: int) -> None:
+        async with semaphore:
+            await job(index)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return time.perf_counter() - started
+
+
+def _server_writes(session: Any, keyspaces: tuple[str, ...]) -> int:
+    rows = session.execute("SELECT keyspace_name, count FROM system_views.local_write_latency")
+    return sum(int(row["count"]) for row in rows if row["keyspace_name"] in keyspaces)
+
+
+# -- starts per commit mode ------------------------------------------------------------------
+
+
+async def _starts(
+    contact_point: tuple[str, int], keyspace: str, recovery: dict[str, Any], quick: bool
+) -> dict[str, Any]:
+    count = 40 if quick else 400
+    concurrency = 8 if quick else 32
+    settings = _settings(f"starts-{uuid.uuid4().hex[:6]}", recovery)
+    runtime = await open_runtime(settings, driver_config=_driver(contact_point, keyspace))
+    keyspaces = (keyspace, default_accord_keyspace(keyspace))
+    figures: dict[str, Any] = {"count": count, "concurrency": concurrency}
+    try:
+        engine = await RecoveryEngine.open(runtime, clock=ManualClock(T0))
+        orchestrator = engine.orchestrator(sagas=[_saga()])
+        await orchestrator.create("bench", {})  # opens the window's buckets (Tier 1-4)
+        session = runtime.cql.session
+        for name, job in (
+            ("create", lambda i: orchestrator.create("bench", {"i": i})),
+            ("saga", lambda i: orchestrator.start("bench", {"i": i})),
+        ):
+            runtime.cql.counts.reset()
+            accord_before = engine.gateway.transactions if engine.gateway else 0
+            server_before = await asyncio.to_thread(_server_writes, session, keyspaces)
+            seconds = await _bounded(count, concurrency, job)
+            server_after = await asyncio.to_thread(_server_writes, session, keyspaces)
+            accord_after = engine.gateway.transactions if engine.gateway else 0
+            figures[name] = {
+                "starts_per_second": round(count / seconds, 1),
+                "client_mutations_per_start": round(runtime.cql.counts.mutations / count, 2),
+                "client_requests_per_start": round(runtime.cql.counts.requests / count, 2),
+                "server_writes_per_start": round((server_after - server_before) / count, 2),
+                "accord_transactions_per_start": round((accord_after - accord_before) / count, 2),
+            }
+        await engine.close()
+    finally:
+        await runtime.close()
+    return figures
+
+
+# -- re-invocations per Retry-Node -------------------------------------------------------------
+
+
+def _bulk_load(
+    session: Any, keyspace: str, scope: DirectoryScope, rows: int, windows: WindowMath
+) -> None:
+    """FAILED_WITH_RETRYABLE_ERROR sagas with retry pointers in window W+1 of T0."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    window = windows.shift(windows.window_at(T0), 1)
+    date, minute = window.date_of_year, windows.minute_of_day(window)
+    payload = SagaPayload("bench", ("work",), {}, {}).encode()
+    instances = [str(uuid.uuid4()) for _ in range(WRITER_INSTANCES)]
+    txns = [uuid.uuid4() for _ in range(rows)]
+    scope_values = tuple(scope.params())
+    statements = {
+        "txn": session.prepare(
+            f"INSERT INTO {keyspace}.es_transaction (region, cluster, service_name, "
+            "transaction_id, running_status, created_at, updated_at, payload) "
+            "VALUES (?, ?, ?, ?, 'FAILED_WITH_RETRYABLE_ERROR', ?, ?, ?)"
+        ),
+        "t5": session.prepare(
+            f"INSERT INTO {keyspace}.es_recovery_transactions_by_instance (region, cluster, "
+            "service_name, date_of_year, minute_of_day, instance_id, bucket_index, "
+            "transaction_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)"
+        ),
+        "t3": session.prepare(
+            f"INSERT INTO {keyspace}.es_instances_by_recovery_window (region, cluster, "
+            "service_name, date_of_year, minute_of_day, instance_id_token, instance_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        "t4": session.prepare(
+            f"INSERT INTO {keyspace}.es_buckets_by_instance (region, cluster, service_name, "
+            "date_of_year, minute_of_day, instance_id, bucket_index) VALUES (?, ?, ?, ?, ?, ?, 0)"
+        ),
+    }
+
+    def run(name: str, args: list[tuple[Any, ...]]) -> None:
+        execute_concurrent_with_args(
+            session, statements[name], args, concurrency=64, raise_on_first_error=True
+        )
+
+    run("txn", [(*scope_values, t, T0, T0, payload) for t in txns])
+    run(
+        "t5",
+        [
+            (*scope_values, date, minute, instances[i % len(instances)], t)
+            for i, t in enumerate(txns)
+        ],
+    )
+    run("t3", [(*scope_values, date, minute, instance_token(i), i) for i in instances])
+    run("t4", [(*scope_values, date, minute, i) for i in instances])
+    session.execute(
+        f"INSERT INTO {keyspace}.es_recovery_windows_by_day (region, cluster, service_name, "
+        "date_of_year, minute_of_day) VALUES (%s, %s, %s, %s, %s)",
+        (*scope_values, date, minute),
+    )
+    session.execute(
+        f"INSERT INTO {keyspace}.es_days_by_year (region, cluster, service_name, year, "
+        "date_of_year) VALUES (%s, %s, %s, %s, %s)",
+        (*scope_values, window.year, date),
+    )
+
+
+async def _node_process(job: dict[str, Any]) -> dict[str, Any]:
+    """One Retry-Node process: connect, wait at the barrier, one pass, report."""
+    settings = _settings(job["service"], {"concurrency": job["concurrency"]})
+    runtime = await open_runtime(
+        settings, driver_config=_driver((job["host"], job["port"]), job["keyspace"])
+    )
+    try:
+        engine = await RecoveryEngine.open(runtime, clock=ManualClock(T0 + timedelta(minutes=1)))
+        token_range = split_ring(job["nodes"])[job["index"]]
+        node = engine.retry_node(
+            engine.orchestrator(sagas=[_saga()]),
+            StaticLeaseSource(job["service"], token_range=token_range, members=job["nodes"]),
+        )
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        barrier = Path(job["barrier"])
+        while not barrier.exists():
+            await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        report = await node.run_pass()
+        seconds = time.perf_counter() - started
+        await engine.close()
+        return {"dispatched": report.dispatched, "failed": report.failed, "seconds": seconds}
+    finally:
+        await runtime.close()
+
+
+async def _reinvocations(
+    contact_point: tuple[str, int], keyspace: str, nodes: int, quick: bool, work: Path
+) -> dict[str, Any]:
+    rows = 300 if quick else 3000
+    service = f"reinvoke-{nodes}-{uuid.uuid4().hex[:6]}"
+    settings = _settings(service, {})
+    cluster, session = connect_sync(settings, _driver(contact_point, keyspace))
+    try:
+        await asyncio.to_thread(
+            _bulk_load, session, keyspace, DirectoryScope.of(settings.instance), rows, WindowMath(1)
+        )
+    finally:
+        cluster.shutdown()
+    barrier = work / f"go-{service}"
+    children = []
+    for index in range(nodes):
+        job = {
+            "service": service,
+            "keyspace": keyspace,
+            "host": contact_point[0],
+            "port": contact_point[1],
+            "nodes": nodes,
+            "index": index,
+            "concurrency": 100,
+            "barrier": str(barrier),
+        }
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.recovery_engine", "--retry-node", json.dumps(job)],
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    try:
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError("a Retry-Node process did not start")
+        barrier.touch()
+        results = []
+        for child in children:
+            out, _ = child.communicate(timeout=600)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    dispatched = sum(r["dispatched"] for r in results)
+    wall = max(r["seconds"] for r in results)
+    return {
+        "rows": rows,
+        "dispatched": dispatched,
+        "failed": sum(r["failed"] for r in results),
+        "reinvocations_per_second_total": round(dispatched / wall, 1),
+        "reinvocations_per_second_per_node": [
+            round(r["dispatched"] / r["seconds"], 1) for r in results
+        ],
+    }
+
+
+# -- tombstones per Retry-Node query -------------------------------------------------------------
+
+
+def _trace(session: Any, statement: str, params: tuple[Any, ...]) -> dict[str, int]:
+    result = session.execute(statement, params, trace=True)
+    live = tombstones = 0
+    for event in result.get_query_trace(max_wait_sec=10).events:
+        match = _TRACE.search(event.description or "")
+        if match:
+            live += int(match.group(1))
+            tombstones += int(match.group(2))
+    return {"live_rows": live, "tombstone_cells": tombstones}
+
+
+async def _tombstones(
+    contact_point: tuple[str, int], keyspace: str, recovery: dict[str, Any], quick: bool
+) -> dict[str, Any]:
+    count = 50 if quick else 500
+    service = f"tomb-{uuid.uuid4().hex[:6]}"
+    settings = _settings(service, recovery)
+    runtime = await open_runtime(settings, driver_config=_driver(contact_point, keyspace))
+    try:
+        clock = ManualClock(T0)
+        engine = await RecoveryEngine.open(runtime, clock=clock)
+        orchestrator = engine.orchestrator(sagas=[_saga()])
+        writer = engine.writer
+        from stacksaga_store.model import TransactionKey
+        from stacksaga_store.recovery import RetryRequest
+        from stacksaga_store.states import ExecutionType
+
+        for index in range(count):
+            await orchestrator.start("bench", {"i": index})  # completes: watchdog released
+            key = TransactionKey.of(settings.instance, uuid.uuid4())
+            await writer.schedule_retry(
+                RetryRequest(key, "work", ExecutionType.EXECUTE, 1, "503", clock.now())
+            )
+        windows = writer.windows
+        restore = windows.restore_window(clock.now(), 5)
+        retry = windows.retry_window(clock.now())
+        select = (
+            f"SELECT transaction_id FROM {keyspace}.es_recovery_transactions_by_instance WHERE "
+            "region = %s AND cluster = %s AND service_name = %s AND date_of_year = %s AND "
+            "minute_of_day = %s AND instance_id = %s AND bucket_index = %s LIMIT 500"
+        )
+        scope = tuple(DirectoryScope.of(settings.instance).params())
+        session = runtime.cql.session
+
+        def key(window: Any, bucket: int) -> tuple[Any, ...]:
+            return (
+                *scope,
+                window.date_of_year,
+                windows.minute_of_day(window),
+                writer.instance_id,
+                bucket,
+            )
+
+        figures = {
+            "sagas": count,
+            "tier5_even_bucket_read": await asyncio.to_thread(
+                _trace, session, select, key(retry, 0)
+            ),
+            "tier5_odd_bucket_read": await asyncio.to_thread(
+                _trace, session, select, key(restore, 1)
+            ),
+        }
+        # What a real pass reads: every query of the Retry-Node at the restore window.
+        clock.advance(timedelta(minutes=6))
+        live = await engine.commit.bucket_live(engine.writer.scope, _bucket(writer, restore))
+        figures["odd_bucket_live_count"] = live
+        figures["odd_bucket_read_by_pass"] = live != 0
+        await engine.close()
+        return figures
+    finally:
+        await runtime.close()
+
+
+def _bucket(writer: Any, window: Any) -> Any:
+    from stacksaga_store.directory import BucketRef
+
+    return BucketRef(window, writer.instance_id, 1)
+
+
+# -- driver -------------------------------------------------------------------------------------
+
+
+async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) -> dict[str, Any]:
+    from accord_cassandra.cluster import LocalSidecars
+
+    keyspace = f"recovery_bench_{uuid.uuid4().hex[:8]}"
+    settings = _settings("setup", {})
+    schema = settings.cassandra.schema_
+    cluster, session = connect_sync(settings, _driver(contact_point, keyspace))
+    report: dict[str, Any] = {}
+    try:
+        apply_schema(session, keyspace, schema)
+        apply_coordination_schema(session, keyspace, schema)
+        apply_accord_schema(session, default_accord_keyspace(keyspace), schema)
+        with tempfile.TemporaryDirectory(prefix="recovery-bench-") as work:
+            sidecars = LocalSidecars(
+                directory=Path(work) / "sidecars",
+                nodes=3,
+                replication_factor=3,
+                store="cassandra",
+                cassandra={
+                    "contact_points": [contact_point[0]],
+                    "port": contact_point[1],
+                    "keyspaces": [default_accord_keyspace(keyspace)],
+                },
+            )
+            await asyncio.to_thread(sidecars.start, 90.0)
+            modes = {
+                "ordered": {},
+                "accord": {"commit-mode": "accord", "accord": {"sidecars": sidecars.addresses()}},
+            }
+            profiler = cProfile.Profile() if profile else None
+            try:
+                if profiler is not None:
+                    profiler.enable()
+                report["starts"] = {
+                    name: await _starts(contact_point, keyspace, recovery, quick)
+                    for name, recovery in modes.items()
+                }
+                report["tombstones"] = {
+                    name: await _tombstones(contact_point, keyspace, recovery, quick)
+                    for name, recovery in modes.items()
+                }
+                if profiler is not None:
+                    profiler.disable()
+                    report["profile_top"] = _top(profiler)
+                report["reinvocations"] = {
+                    f"{n}_node{'s' if n > 1 else ''}": await _reinvocations(
+                        contact_point, keyspace, n, quick, Path(work)
+                    )
+                    for n in (1, 2)
+                }
+            finally:
+                await asyncio.to_thread(sidecars.stop)
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}")
+    finally:
+        cluster.shutdown()
+    return report
+
+
+def _top(profiler: cProfile.Profile, entries: int = 15) -> list[str]:
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(entries)
+    return [line for line in stream.getvalue().splitlines() if line.strip()][-entries:]
+
+
+def run(*, quick: bool, profile: bool) -> dict[str, Any]:
+    """Measure and return the figures (see the module docstring)."""
+    report: dict[str, Any] = {"suite": "recovery_engine", "cores": os.cpu_count()}
+    existing = os.environ.get(CONTACT_POINT_ENV)
+    if existing:
+        host, _, port = existing.partition(":")
+        report["cassandra"] = f"existing node {existing}"
+        report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile)))
+        return report
+    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+
+    node_ip = os.environ.get(NODE_IP_ENV, BENCH_NODE_IP)
+    with tempfile.TemporaryDirectory(prefix="recovery-bench-node-") as base_dir:
+        spec = ClusterSpec(nodes=1, first_ip=node_ip, cluster_name="recovery_bench")
+        cluster = LocalCluster(spec, Path(base_dir))
+        cluster.start()
+        try:
+            report["cassandra"] = f"1 local node, Cassandra {spec.version}, heap {spec.heap_mb} MiB"
+            report.update(asyncio.run(_run_on((node_ip, spec.native_port), quick, profile)))
+        finally:
+            cluster.stop(clean=True)
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--retry-node":
+        print(json.dumps(asyncio.run(_node_process(json.loads(sys.argv[2])))))
+    else:
+        print(
+            json.dumps(run(quick="--quick" in sys.argv, profile="--profile" in sys.argv), indent=2)
+        )
