@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -49,6 +50,11 @@ CHUNK_BYTES = 64 * 1024
 # At most this many chunks wait per direction (<= 16 MiB); then the reader stops reading.
 QUEUE_CHUNKS = 256
 CONNECT_TIMEOUT_SECONDS = 5.0
+# Cassandra's Initiate names the sender within its first 20 bytes; 256 leaves room to spare.
+SNIFF_BYTES = 256
+SNIFF_TIMEOUT_SECONDS = 10.0
+PROXY_NICE = -10
+TRACE_ENTRIES_MAX = 200_000
 READY_TIMEOUT_SECONDS = 20.0
 REGIONS = ("A", "B", "C")
 # Default round trips in ms between the three regions. The triangle is deliberately not
@@ -136,7 +142,10 @@ class Link:
 
     ``by_source`` overrides the delay by the connecting peer's IP: a proxy in front of one
     node can then serve every source at its own distance (used where the source cannot be
-    made to dial a per-source address).
+    made to dial a per-source address). With ``sniff_source`` the source is instead the one
+    ``by_source`` address whose four bytes appear in the connection's first chunk: Cassandra
+    dials its peers from 127.0.0.1 whatever its listen address, but its internode handshake
+    (``Initiate``) carries the sender's broadcast address, so that is what tells sources apart.
     """
 
     name: str
@@ -145,9 +154,16 @@ class Link:
     one_way_ms: float
     jitter_ms: float = 0.0
     by_source: Mapping[str, float] = field(default_factory=dict)
+    sniff_source: bool = False
 
     def delay_ms(self, source_ip: str) -> float:
         return float(self.by_source.get(source_ip, self.one_way_ms))
+
+    def sniffed_source(self, first_chunk: bytes) -> str | None:
+        """The single ``by_source`` address named in ``first_chunk``'s head, else None."""
+        head = first_chunk[:SNIFF_BYTES]
+        found = [ip for ip in sorted(self.by_source) if socket.inet_aton(ip) in head]
+        return found[0] if len(found) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -163,6 +179,7 @@ class Link:
             one_way_ms=float(data["one_way_ms"]),
             jitter_ms=float(data.get("jitter_ms", 0.0)),
             by_source={str(k): float(v) for k, v in dict(data.get("by_source", {})).items()},
+            sniff_source=bool(data.get("sniff_source", False)),
         )
 
 
@@ -186,6 +203,11 @@ class DelayProxy:
         self._rng = random.Random(seed)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # (wall time, link, direction, bytes) per delivered chunk, when tracing (debugging
+        # where a transaction's time goes); bounded by TRACE_ENTRIES_MAX.
+        self.trace: list[tuple[float, str, str, int]] | None = (
+            [] if os.environ.get("BENCH_WAN_TRACE") else None
+        )
 
     async def start(self) -> None:
         host, port = self.link.listen
@@ -210,9 +232,19 @@ class DelayProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        source_ip = str(peer[0]) if peer else ""
+        source = str(peer[0]) if peer else ""
         self.stats.connections += 1
-        self.stats.sources.add(source_ip)
+        first = b""
+        if self.link.sniff_source:
+            try:
+                first = await asyncio.wait_for(reader.read(CHUNK_BYTES), SNIFF_TIMEOUT_SECONDS)
+            except (OSError, TimeoutError):
+                writer.close()
+                return
+            sniffed = self.link.sniffed_source(first)
+            # An unrecognised connection still flows, at the link's default delay.
+            source = sniffed if sniffed is not None else f"unmatched:{source}"
+        self.stats.sources.add(source)
         try:
             upstream_reader, upstream_writer = await asyncio.wait_for(
                 asyncio.open_connection(*self.link.target), CONNECT_TIMEOUT_SECONDS
@@ -226,9 +258,10 @@ class DelayProxy:
             if sock is not None:
                 # Small RPCs must leave at once; Nagle would add its own delay on top of ours.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        delay = self.link.delay_ms(source_ip) / 1000
+        delay = self.link.delay_ms(source) / 1000
         both = asyncio.gather(
-            self._pipe(reader, upstream_writer, delay), self._pipe(upstream_reader, writer, delay)
+            self._pipe(reader, upstream_writer, delay, first, "forward"),
+            self._pipe(upstream_reader, writer, delay, b"", "back"),
         )
         try:
             await both
@@ -241,18 +274,27 @@ class DelayProxy:
         return self._rng.uniform(-jitter, jitter) if jitter > 0 else 0.0
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        delay: float,
+        first: bytes,
+        direction: str,
     ) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUE_CHUNKS)
-        sender = asyncio.create_task(self._deliver(queue, writer))
+        sender = asyncio.create_task(self._deliver(queue, writer, direction))
         due_last = 0.0
+        pending = first
         try:
             while True:
-                try:
-                    chunk = await reader.read(CHUNK_BYTES)
-                except OSError:
-                    chunk = b""
+                if pending:
+                    chunk, pending = pending, b""
+                else:
+                    try:
+                        chunk = await reader.read(CHUNK_BYTES)
+                    except OSError:
+                        chunk = b""
                 due = max(due_last, loop.time() + max(0.0, delay + self._jitter()))
                 due_last = due
                 # An empty chunk is the end of the stream; it is delivered in order too.
@@ -264,7 +306,10 @@ class DelayProxy:
             sender.cancel()
 
     async def _deliver(
-        self, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+        self,
+        queue: asyncio.Queue[tuple[float, bytes]],
+        writer: asyncio.StreamWriter,
+        direction: str,
     ) -> None:
         loop = asyncio.get_running_loop()
         stats = self.stats
@@ -287,6 +332,8 @@ class DelayProxy:
                 return
             stats.chunks += 1
             stats.bytes += len(chunk)
+            if self.trace is not None and len(self.trace) < TRACE_ENTRIES_MAX:
+                self.trace.append((round(time.time(), 6), self.link.name, direction, len(chunk)))
             try:
                 writer.write(chunk)
                 await writer.drain()
@@ -313,6 +360,10 @@ class ProxySet:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         return {p.link.name: _stats_json(p.stats) for p in self.proxies}
+
+    def trace(self) -> list[tuple[float, str, str, int]]:
+        entries = [entry for p in self.proxies for entry in (p.trace or [])]
+        return sorted(entries)
 
 
 def _stats_json(stats: LinkStats) -> dict[str, Any]:
@@ -404,6 +455,9 @@ async def _serve(links: Sequence[Link], stats_path: Path | None) -> None:
         await stop.wait()
         if stats_path is not None:
             stats_path.write_text(json.dumps(proxies.stats(), indent=1))
+            trace = proxies.trace()
+            if trace:
+                stats_path.with_suffix(".trace.json").write_text(json.dumps(trace))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -412,6 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stats", help="write per-link statistics here on exit")
     args = parser.parse_args(argv)
     links = [Link.from_json(item) for item in json.loads(Path(args.spec).read_text())]
+    # The proxies stand for the network, which does not queue behind the nodes' CPU work; on
+    # a loaded machine a higher priority keeps their timer lateness small (root may raise it;
+    # anyone else keeps the default and the lateness shows in the link statistics).
+    nice = int(os.environ.get("BENCH_NICE", PROXY_NICE))
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     # The default loop on purpose: uvloop's timers round to whole milliseconds, which
     # would add up to 1 ms to every emulated hop.
     asyncio.run(_serve(links, Path(args.stats) if args.stats else None))
