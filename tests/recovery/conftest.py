@@ -40,7 +40,9 @@ from tests.stacksaga.conftest import SIMPLE_SCHEMA, driver_text
 T0 = datetime(2031, 3, 12, 12, 0, 30, tzinfo=UTC)
 
 
-def recovery_overrides(service: str, *, lifetime: str = "24h", **recovery: Any) -> dict[str, Any]:
+def recovery_overrides(
+    service: str, *, lifetime: str = "24h", cluster: str = "test-cluster", **recovery: Any
+) -> dict[str, Any]:
     """Settings for a test: small buckets and delays unless the test says otherwise."""
     base: dict[str, Any] = {
         "window-interval-minutes": 1,
@@ -57,7 +59,7 @@ def recovery_overrides(service: str, *, lifetime: str = "24h", **recovery: Any) 
             "transaction": {"lifetime": lifetime},
             "recovery": base,
         },
-        "instance": {"region": "test-region", "cluster": "test-cluster", "service-name": service},
+        "instance": {"region": "test-region", "cluster": cluster, "service-name": service},
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -272,3 +273,63 @@ async def write_pointers(
             )
             txns.append(key.transaction_id)
     return txns
+
+
+def test_join_and_leave_rebalance_with_a_new_epoch(
+    recovery_driver: object, service_name: str
+) -> None:
+    """A third node joins: every lease is revoked and released, then three disjoint leases at
+    the next epoch cover the ring. One leaves gracefully: two leases at the epoch after."""
+
+    async def body() -> None:
+        overrides = recovery_overrides(service_name)
+        overrides["instance"]["cluster"] = f"cluster-{uuid.uuid4().hex[:8]}"
+        runtime = await open_runtime(load_settings(**overrides), driver_config=recovery_driver)  # type: ignore[arg-type]
+        clients: dict[str, CoordinatorLeaseClient] = {}
+
+        def leases() -> list[Any]:
+            return [c.current() for c in clients.values()]
+
+        def settled(count: int) -> bool:
+            current = leases()
+            return (
+                len(current) == count
+                and all(current)
+                and covers_ring([x.range for x in current if x])
+                and len({x.epoch for x in current if x}) == 1
+            )
+
+        try:
+            async with coordinator(runtime, "solo") as server:
+                await wait_until(lambda: server.is_leader, 10, "leadership")
+                address = [f"127.0.0.1:{server.port}"]
+                for name in ("node-a", "node-b"):
+                    clients[name] = CoordinatorLeaseClient(
+                        address, node_id=name, service_name=service_name
+                    )
+                    clients[name].start()
+                await wait_until(lambda: settled(2), 20, "two leases")
+                two = leases()[0]
+                assert two is not None
+                clients["node-c"] = CoordinatorLeaseClient(
+                    address, node_id="node-c", service_name=service_name
+                )
+                clients["node-c"].start()
+                await wait_until(lambda: settled(3), 20, "three leases")
+                three = leases()[0]
+                assert three is not None and three.epoch == two.epoch + 1
+                assert sorted(x.ordinal for x in leases() if x) == [0, 1, 2]
+                leaving = clients.pop("node-b")
+                await leaving.stop(release=True)
+                await wait_until(lambda: settled(2), 20, "two leases again")
+                again = leases()[0]
+                assert again is not None and again.epoch == three.epoch + 1
+                # Node-0 is node-a (sorted by node id): the range starting at -2^63.
+                node_a = clients["node-a"].current()
+                assert node_a is not None and node_a.is_node_zero
+        finally:
+            for client in clients.values():
+                await client.stop()
+            await runtime.close()
+
+    run(body())

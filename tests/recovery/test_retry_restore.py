@@ -177,3 +177,33 @@ def test_bucket_rollover_keeps_tier5_partitions_within_bucket_size(
             assert tier4 == [0, 1, 2, 3, 4, 5, 7]
 
     run(body())
+
+
+def test_virtual_clusters_never_share_directory_partitions(
+    open_stack: StackFactory, service_name: str
+) -> None:
+    """Seed "Scaling: Virtual Clusters": same tables, same service name, different
+    ``stacksaga.instance.cluster``: each cluster's Retry-Node sees only its own pointers."""
+
+    async def body() -> None:
+        async def fail(ctx: StepContext) -> None:
+            raise RetryableStepError("503")
+
+        saga = Saga("vc", (Step("call", fail),))
+        seen: dict[str, int] = {}
+        async with (
+            open_stack(cluster="cell-1") as one,
+            open_stack(clock=one.clock, cluster="cell-2") as two,
+        ):
+            for stack, count in ((one, 2), (two, 3)):
+                orchestrator = stack.engine.orchestrator(sagas=[saga])
+                for _ in range(count):
+                    await orchestrator.start(saga, {})
+            one.clock.advance(MINUTE)
+            for name, stack in (("cell-1", one), ("cell-2", two)):
+                orchestrator = stack.engine.orchestrator(sagas=[saga])
+                node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
+                seen[name] = (await node.run_pass()).rows
+        assert seen == {"cell-1": 2, "cell-2": 3}
+
+    run(body())
