@@ -5,7 +5,9 @@ Jobs (a JSON object):
 * ``{"kind": "saga", ...}``: a Standard-Node starts the 3-step ``order`` saga, whose second
   step hangs after logging ``hang``, until the test kills the process mid-saga;
 * ``{"kind": "retry_node", ...}``: a Retry-Node (whole ring, no coordinator) runs passes over
-  the directory with the ``bulk`` saga until killed.
+  the directory with the ``bulk`` saga until killed;
+* ``{"kind": "coordinated", ...}``: a Retry-Node on a lease from the coordinator at
+  ``coordinator``, dispatching with :class:`LoggingDispatcher` (the pause test SIGSTOPs it).
 
 Every step appends one line per execution to the job's log file with O_APPEND (single small
 writes never interleave between processes), so the file counts executions exactly, even
@@ -18,6 +20,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,31 @@ def order_saga(log: str, *, hang_in_payment: bool) -> Saga:
     return Saga("order", (step("inventory"), step("payment", hang_in_payment), step("shipping")))
 
 
+class LoggingDispatcher:
+    """Logs ``dispatch <txn> <instance> <node> <monotonic> <epoch> <valid_until>`` when a
+    dispatch *starts*, then takes ``seconds``. CLOCK_MONOTONIC is machine-wide on Linux, so
+    times logged by different processes compare."""
+
+    def __init__(self, node_id: str, leases: Any, log: str, seconds: float) -> None:
+        self.node_id = node_id
+        self.leases = leases
+        self.log = log
+        self.seconds = seconds
+
+    async def dispatch(self, entry: Any) -> Any:
+        from stacksaga_store.retry_node import DispatchOutcome
+
+        lease = self.leases.current()
+        epoch, valid_until = (lease.epoch, lease.valid_until) if lease else (-1, 0.0)
+        append_line(
+            self.log,
+            f"dispatch {entry.transaction_id} {entry.bucket.instance_id} {self.node_id} "
+            f"{time.monotonic():.6f} {epoch} {valid_until:.6f}",
+        )
+        await asyncio.sleep(self.seconds)
+        return DispatchOutcome.RESUMED
+
+
 def bulk_saga(log: str) -> Saga:
     """One step that logs ``work <txn> <pid>``: the 5,000-row bucket test."""
 
@@ -93,6 +121,21 @@ async def main(job: dict[str, Any]) -> None:
             append_line(job["log"], f"started {os.getpid()}")
             stop = asyncio.Event()
             await node.run(stop=stop, idle_seconds=0.2)
+        elif job["kind"] == "coordinated":
+            from stacksaga_store.lease_client import CoordinatorLeaseClient
+
+            client = CoordinatorLeaseClient(
+                [job["coordinator"]],
+                node_id=job["node_id"],
+                service_name=settings.instance.service_name,
+            )
+            client.start()
+            dispatcher = LoggingDispatcher(job["node_id"], client, job["log"], job["seconds"])
+            node = engine.retry_node(
+                engine.orchestrator(), client, node_id=job["node_id"], dispatcher=dispatcher
+            )
+            append_line(job["log"], f"started {os.getpid()}")
+            await node.run(stop=asyncio.Event(), idle_seconds=0.1)
         else:
             raise SystemExit(f"unknown job kind {job['kind']!r}")
     finally:

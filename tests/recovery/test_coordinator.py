@@ -8,6 +8,8 @@ adds epochs).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -36,6 +38,7 @@ from stacksaga_store.v1 import ring_pb2_grpc
 from stacksaga_store.writer import RecoveryWriter
 from tests.recovery._helpers import DispatchRecord, RecordingDispatcher, dump_directory
 from tests.recovery._processes import children, free_port, write_config
+from tests.recovery._worker import LoggingDispatcher, read_lines
 from tests.recovery.conftest import T0, recovery_overrides
 from tests.stacksaga.conftest import run
 
@@ -333,3 +336,109 @@ def test_join_and_leave_rebalance_with_a_new_epoch(
             await runtime.close()
 
     run(body())
+
+
+def test_a_paused_retry_node_never_acts_on_an_expired_lease(
+    recovery_driver_text: str,
+    recovery_driver: object,
+    service_name: str,
+    tmp_path: Path,
+) -> None:
+    """Beyond the seed: Retry-Node A (a process) is SIGSTOPped while holding half the ring.
+    Its lease runs out, the coordinator evicts it and gives node B the whole ring; A is then
+    SIGCONTed. A starts nothing under its old lease after waking, and B starts nothing in A's
+    old range before A's lease had ended (times on the machine-wide monotonic clock)."""
+    log = str(tmp_path / "dispatch.log")
+
+    async def body() -> None:
+        overrides = recovery_overrides(service_name, concurrency=2)
+        overrides["instance"]["cluster"] = f"cluster-{uuid.uuid4().hex[:8]}"
+        settings = load_settings(**overrides)
+        runtime = await open_runtime(settings, driver_config=recovery_driver)  # type: ignore[arg-type]
+        clock = ManualClock(T0)
+        engine = await RecoveryEngine.open(runtime, clock=clock)
+        try:
+            async with coordinator(runtime, "solo") as server:
+                await wait_until(lambda: server.is_leader, 10, "leadership")
+                address = f"127.0.0.1:{server.port}"
+                txns = await write_pointers(runtime, clock, engine, instances=40, per_instance=4)
+                job = {
+                    "kind": "coordinated",
+                    "overrides": overrides,
+                    "driver_text": recovery_driver_text,
+                    "clock": (T0 + timedelta(minutes=1)).isoformat(),
+                    "log": log,
+                    "coordinator": address,
+                    "node_id": "node-a",
+                    "seconds": 0.1,
+                }
+                clock.advance(timedelta(minutes=1))
+                with children(tmp_path) as group:
+                    node_a = group.worker("node-a", job)
+                    await wait_until(lambda: len(dispatches(log)) >= 3, 60, "A dispatching")
+                    client = CoordinatorLeaseClient(
+                        [address], node_id="node-b", service_name=service_name
+                    )
+                    client.start()
+                    node_b = engine.retry_node(
+                        engine.orchestrator(),
+                        client,
+                        node_id="node-b",
+                        dispatcher=LoggingDispatcher("node-b", client, log, 0.1),
+                    )
+                    stop = asyncio.Event()
+                    runner = asyncio.create_task(node_b.run(stop=stop, idle_seconds=0.1))
+                    try:
+                        await wait_until(
+                            lambda: any(r[2] == "node-a" and r[4] >= 2 for r in dispatches(log)),
+                            30,
+                            "A dispatching on the split ring",
+                        )
+                        os.kill(node_a.pid, signal.SIGSTOP)
+                        stopped_at = time.monotonic()
+                        await asyncio.sleep(LEASE_SECONDS + 2)  # A's lease runs out meanwhile
+                        os.kill(node_a.pid, signal.SIGCONT)
+                        resumed_at = time.monotonic()
+                        await wait_until(
+                            lambda: {r[0] for r in dispatches(log)} >= {str(t) for t in txns},
+                            120,
+                            "every row dispatched",
+                        )
+                    finally:
+                        stop.set()
+                        await runner
+                        await client.stop()
+        finally:
+            await engine.close()
+            await runtime.close()
+        records = dispatches(log)
+        a_before = [r for r in records if r[2] == "node-a" and r[3] < stopped_at]
+        paused_epoch = max(r[4] for r in a_before)
+        paused_valid_until = max(r[5] for r in a_before if r[4] == paused_epoch)
+        # 1. Nothing started by A while stopped, and nothing under the old lease after waking.
+        assert not [r for r in records if r[2] == "node-a" and stopped_at < r[3] < resumed_at]
+        assert not [
+            r for r in records if r[2] == "node-a" and r[3] >= resumed_at and r[4] <= paused_epoch
+        ]
+        # 2. Every dispatch started inside the lease it was checked against.
+        assert all(r[3] < r[5] for r in records), "a dispatch started on an expired lease"
+        # 3. B touched the instances A held when paused only after A's lease had ended.
+        a_instances = {r[1] for r in a_before if r[4] == paused_epoch}
+        b_on_a = [r for r in records if r[2] == "node-b" and r[1] in a_instances]
+        assert b_on_a, "B took over A's range"
+        assert min(r[3] for r in b_on_a if r[4] > paused_epoch) > paused_valid_until
+        assert all(r[4] > paused_epoch for r in b_on_a if r[3] > stopped_at)
+
+    run(body())
+
+
+def dispatches(log: str) -> list[tuple[str, str, str, float, int, float]]:
+    """(txn, instance, node, monotonic, epoch, valid_until) per logged dispatch start."""
+    rows = []
+    for line in read_lines(log):
+        parts = line.split()
+        if parts and parts[0] == "dispatch":
+            rows.append(
+                (parts[1], parts[2], parts[3], float(parts[4]), int(parts[5]), float(parts[6]))
+            )
+    return rows
