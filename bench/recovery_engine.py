@@ -19,8 +19,8 @@ mode, and measures:
   sagas all completed, in both modes; plus the Tier-3/Tier-4 reads of a pass.
 
 Nothing asserts on time; the figures are whatever this machine gives. ``python -m bench
-recovery [--quick] [--profile]`` (once registered in bench/__main__.py) or ``python -m
-bench.recovery_engine [--quick] [--profile]`` prints them.
+recovery [--quick] [--profile]`` writes them as JSON, Markdown and PNG (bench/report.py);
+``python -m bench.recovery_engine [--quick] [--profile]`` prints the JSON.
 """
 
 from __future__ import annotations
@@ -454,6 +454,104 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
     return report
 
 
+def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tables (and bar plots) for ``python -m bench recovery`` (bench/report.py format)."""
+    from bench.report import figure
+
+    layer = f"plain loopback; {report.get('cassandra', 'Cassandra')}; 3 Accord sidecars"
+    starts = report["starts"]
+    modes = list(starts)
+    rows = []
+    for mode in modes:
+        for kind in ("create", "saga"):
+            item = starts[mode][kind]
+            rows.append(
+                [
+                    mode,
+                    kind,
+                    item["starts_per_second"],
+                    item["client_mutations_per_start"],
+                    item["server_writes_per_start"],
+                    item["accord_transactions_per_start"],
+                ]
+            )
+    reinvocations = report["reinvocations"]
+    tombstones = report["tombstones"]
+    return [
+        figure(
+            "starts",
+            "Saga starts per second and writes per start, per commit mode",
+            layer=layer,
+            method="create = watchdog + es_transaction; saga = a whole one-step saga. Client "
+            "writes counted by the store's CqlSession; server writes from Cassandra's "
+            "system_views.local_write_latency (Accord rows once per sidecar replica).",
+            columns=[
+                "mode",
+                "what",
+                "starts/s",
+                "client writes/start",
+                "server writes/start",
+                "accord txns/start",
+            ],
+            rows=rows,
+            plot={
+                "kind": "bar",
+                "x": modes,
+                "series": {
+                    kind: [starts[m][kind]["starts_per_second"] for m in modes]
+                    for kind in ("create", "saga")
+                },
+                "ylabel": "starts / s",
+                "logy": True,
+            },
+        ),
+        figure(
+            "reinvocations",
+            "Re-invocations per second with 1 and 2 Retry-Node processes",
+            layer=layer,
+            method="real Orchestrator.resume of one-step sagas from one window, 64 writer "
+            "instances, concurrency 100, static ring halves, processes released together.",
+            columns=["nodes", "rows", "total/s", "per node/s"],
+            rows=[
+                [
+                    name,
+                    item["rows"],
+                    item["reinvocations_per_second_total"],
+                    ", ".join(str(v) for v in item["reinvocations_per_second_per_node"]),
+                ]
+                for name, item in reinvocations.items()
+            ],
+            plot={
+                "kind": "bar",
+                "x": list(reinvocations),
+                "series": {
+                    "total/s": [i["reinvocations_per_second_total"] for i in reinvocations.values()]
+                },
+                "ylabel": "re-invocations / s",
+            },
+        ),
+        figure(
+            "tombstones",
+            "Tombstone cells read per Retry-Node Tier-5 query (Cassandra trace)",
+            layer=layer,
+            method="TRACING of the Retry-Node's Tier-5 page read; the odd bucket's sagas all "
+            "completed. Accord mode drops such a bucket unread (live count 0).",
+            columns=["mode", "bucket", "live rows", "tombstone cells", "read by the pass"],
+            rows=[
+                [
+                    mode,
+                    bucket,
+                    tombstones[mode][f"tier5_{bucket}_bucket_read"]["live_rows"],
+                    tombstones[mode][f"tier5_{bucket}_bucket_read"]["tombstone_cells"],
+                    True if bucket == "even" else tombstones[mode]["odd_bucket_read_by_pass"],
+                ]
+                for mode in tombstones
+                for bucket in ("even", "odd")
+            ],
+        ),
+    ]
+
+
 def _top(profiler: cProfile.Profile, entries: int = 15) -> list[str]:
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(entries)
@@ -468,6 +566,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
         host, _, port = existing.partition(":")
         report["cassandra"] = f"existing node {existing}"
         report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile)))
+        report["figures"] = figures(report)
         return report
     from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
 
@@ -481,6 +580,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
             report.update(asyncio.run(_run_on((node_ip, spec.native_port), quick, profile)))
         finally:
             cluster.stop(clean=True)
+    report["figures"] = figures(report)
     return report
 
 
