@@ -25,6 +25,7 @@ and writes nothing, on every replica alike.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -85,6 +86,8 @@ def value_to_proto(value: object) -> pb.Value:
         return pb.Value(text=value)
     if isinstance(value, bytes):
         return pb.Value(blob=value)
+    if isinstance(value, uuid.UUID):
+        return pb.Value(text=str(value))
     raise RequestError(f"no client representation for {type(value).__name__}")
 
 
