@@ -86,6 +86,13 @@ def machine() -> dict[str, Any]:
         "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()],
         "other_cassandra_jvms": _count_processes("CassandraDaemon"),
         "git_commit": _git("rev-parse", "--short", "HEAD"),
+        # Uncommitted changes under the measured code, if any (then the commit alone does not
+        # say what ran).
+        "git_uncommitted_files": len(
+            (
+                _git("status", "--porcelain", "--", "accord", "accord_cassandra", "bench") or ""
+            ).splitlines()
+        ),
     }
     return details
 
