@@ -33,6 +33,7 @@ CONTACT_POINTS_ENV = "BENCH_CASSANDRA_CONTACT_POINTS"
 DEFAULT_FIRST_IP = "127.0.88.1"
 DEFAULT_PROXY_FIRST_IP = "127.0.89.1"
 SIDECAR_HOST = "127.0.0.1"
+RACKDC_FILE = "cassandra-rackdc.properties"
 
 
 def bench_nice() -> int:
@@ -196,6 +197,10 @@ class CassandraHandle:
     native_port: int
     description: str
     layer: str
+    # Whether the cluster goes away after the suite (then keyspaces need no dropping).
+    disposable: bool = False
+    # JVM pids when the bench launched the nodes (for CPU accounting); empty otherwise.
+    pids: list[int] = field(default_factory=list)
     internode_link_stats: dict[str, Any] = field(default_factory=dict)
 
 
@@ -228,35 +233,56 @@ def bench_cassandra(nodes: int = 3) -> Iterator[CassandraHandle]:
                 f"{nodes} local nodes, Cassandra {spec.version}, heap {spec.heap_mb} MiB, "
                 f"paxos_variant v2",
                 LAYER_NONE,
+                disposable=True,
+                pids=_pids(cluster),
             )
         finally:
             cluster.stop(clean=True)
 
 
+def _pids(cluster: Any) -> list[int]:
+    return [pid for i in cluster.spec.indexes if (pid := cluster.node_pid(i)) is not None]
+
+
 @contextlib.contextmanager
 def _announce_through(proxies: Sequence[str]) -> Iterator[None]:
-    """Make the launcher write ``broadcast_address`` = the node's proxy IP, seeds likewise.
+    """Make the launcher write ``broadcast_address`` = the node's proxy IP (seeds likewise)
+    and put node *i* in datacenter ``region_of(i)`` (GossipingPropertyFileSnitch).
 
-    The launcher has no hook for extra cassandra.yaml keys, and ``write_node_files`` looks
-    ``node_config`` up in its module at call time, so the bench wraps it for the duration of
-    the start. TODO(desired): a ``ClusterSpec.broadcast_ips`` (or extra-config) field in the
-    launcher would remove this wrapper.
+    The launcher has no hook for extra cassandra.yaml keys or JVM options, and
+    ``write_node_files`` looks ``node_config`` and ``node_jvm_options`` up in its module at
+    call time, so the bench wraps them for the duration of the start. TODO(desired): a
+    ``ClusterSpec`` field for extra config and JVM options would remove this wrapper.
+
+    Datacenters per region let each sidecar's driver use only its own region's node as
+    coordinator (``local_datacenter``): otherwise the driver would reach remote nodes' native
+    port directly, a path no proxy delays.
     """
     from accord_cassandra.testing import launcher
 
-    original = launcher.node_config
+    original_config = launcher.node_config
+    original_options = launcher.node_jvm_options
 
     def announced(spec: Any, index: int, directory: Path) -> dict[str, Any]:
-        config = original(spec, index, directory)
+        config = original_config(spec, index, directory)
         config["broadcast_address"] = proxies[index - 1]
         config["seed_provider"][0]["parameters"][0]["seeds"] = f"{proxies[0]}:{spec.storage_port}"
+        config["endpoint_snitch"] = "GossipingPropertyFileSnitch"
+        (directory / "conf" / RACKDC_FILE).write_text(f"dc={region_of(index)}\nrack=rack1\n")
         return config
 
+    def options(spec: Any, directory: Path, lib_dir: Path, java_major: int = 17) -> list[str]:
+        found = original_options(spec, directory, lib_dir, java_major)
+        rackdc = (directory / "conf" / RACKDC_FILE).as_uri()
+        return [*found, f"-D{RACKDC_FILE}={rackdc}"]
+
     launcher.node_config = announced
+    launcher.node_jvm_options = options
     try:
         yield
     finally:
-        launcher.node_config = original
+        launcher.node_config = original_config
+        launcher.node_jvm_options = original_options
 
 
 def internode_links(
@@ -291,8 +317,9 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
 
     Each node listens on 127.0.88.i but announces 127.0.89.i (``broadcast_address``), so its
     peers dial the proxy there; the proxy forwards to 127.0.88.i with the delay of the
-    sender's region, recognised from the handshake (see :class:`bench.wan.Link`). Clients use
-    the native port on 127.0.88.i directly.
+    sender's region, recognised from the handshake (see :class:`bench.wan.Link`). Node *i* is
+    datacenter ``region_of(i)`` (A, B, C). Clients use the native port on 127.0.88.i directly
+    and should stay in their datacenter.
     """
     from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
     from bench.wan import LAYER_PROXY
@@ -311,11 +338,13 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
             f"{nodes} local nodes, Cassandra {spec.version}, heap {spec.heap_mb} MiB, "
             f"paxos_variant v2, internode links via proxies on {', '.join(announced)}",
             LAYER_PROXY,
+            disposable=True,
         )
         try:
             note(f"starting {nodes} Cassandra nodes on {', '.join(ips)} behind WAN proxies")
             with _announce_through(announced):
                 cluster.start()
+            handle.pids = _pids(cluster)
             yield handle
         finally:
             cluster.stop(clean=True)

@@ -139,6 +139,43 @@ async def closed_loop(
 ) -> LoadResult:
     """``inflight`` workers issue ``make(i)`` back to back until ``count`` transactions were
     issued or ``seconds`` passed (at least one bound is required)."""
+
+    async def call(index: int) -> bool:
+        try:
+            answer = await client.transact(make(index))
+        except TransactionError as error:
+            raise LoadError(error.code) from None
+        return answer.applied
+
+    return await closed_loop_calls(
+        call,
+        inflight=inflight,
+        count=count,
+        seconds=seconds,
+        pause_seconds=pause_seconds,
+        progress=progress,
+    )
+
+
+class LoadError(Exception):
+    """One operation failed; ``code`` names how (a gRPC status, an exception class)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def closed_loop_calls(
+    call: Callable[[int], Awaitable[bool]],
+    *,
+    inflight: int,
+    count: int | None = None,
+    seconds: float | None = None,
+    pause_seconds: float = 0.0,
+    progress: Progress | None = None,
+) -> LoadResult:
+    """The closed loop over any operation: ``call(i)`` returns whether it applied and
+    raises :class:`LoadError` when it failed."""
     if count is None and seconds is None:
         raise ValueError("closed_loop needs a count or a duration")
     result = LoadResult()
@@ -153,12 +190,12 @@ async def closed_loop(
             issued += 1
             started = time.perf_counter()
             try:
-                answer = await client.transact(make(index))
-            except TransactionError as error:
+                applied = await call(index)
+            except LoadError as error:
                 result.errors[error.code] = result.errors.get(error.code, 0) + 1
             else:
                 result.latencies_ms.append((time.perf_counter() - started) * 1000)
-                if answer.applied:
+                if applied:
                     result.applied += 1
                 else:
                     result.declined += 1
