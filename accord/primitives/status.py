@@ -21,19 +21,28 @@ class Status(enum.IntEnum):
     APPLIED = 70
     INVALIDATED = 90
 
+    # These run on every transition: they compare plain ints held in module globals, because
+    # looking members up on the enum class costs more than the comparison itself.
     @property
     def is_decided(self) -> bool:
         """executeAt (or invalidation) is final."""
-        return self >= Status.COMMITTED
+        return self >= _COMMITTED
 
     @property
     def has_execute_at(self) -> bool:
-        return Status.COMMITTED <= self <= Status.APPLIED
+        return _COMMITTED <= self <= _APPLIED
 
     @property
     def is_proposal(self) -> bool:
-        return self in (Status.ACCEPTED, Status.ACCEPTED_INVALIDATE)
+        return self in (_ACCEPTED, _ACCEPTED_INVALIDATE)
 
     @property
     def is_terminal(self) -> bool:
-        return self in (Status.APPLIED, Status.INVALIDATED)
+        return self in (_APPLIED, _INVALIDATED)
+
+
+_COMMITTED = int(Status.COMMITTED)
+_APPLIED = int(Status.APPLIED)
+_ACCEPTED = int(Status.ACCEPTED)
+_ACCEPTED_INVALIDATE = int(Status.ACCEPTED_INVALIDATE)
+_INVALIDATED = int(Status.INVALIDATED)
