@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,10 +87,12 @@ class SidecarProcess:
             return "(no log)"
 
 
-def wait_serving(address: str, deadline: float) -> bool:
+def wait_serving(address: str, deadline: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether the sidecar at ``address`` reports SERVING before ``deadline``; gives up as
+    soon as ``alive()`` says its process has exited (a config or startup error)."""
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and alive():
             try:
                 response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
@@ -156,7 +158,7 @@ class LocalSidecars:
     def wait_all(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for sidecar in self.sidecars.values():
-            if not wait_serving(sidecar.address, deadline):
+            if not wait_serving(sidecar.address, deadline, sidecar.alive):
                 raise RuntimeError(
                     f"sidecar {sidecar.node_id} at {sidecar.address} did not start; "
                     f"log tail:\n{sidecar.log_tail()}"
@@ -165,7 +167,7 @@ class LocalSidecars:
     def restart(self, node_id: int, timeout: float = 30.0) -> None:
         sidecar = self.sidecars[node_id]
         sidecar.start()
-        if not wait_serving(sidecar.address, time.monotonic() + timeout):
+        if not wait_serving(sidecar.address, time.monotonic() + timeout, sidecar.alive):
             raise RuntimeError(
                 f"sidecar {node_id} did not restart; log tail:\n{sidecar.log_tail()}"
             )

@@ -22,7 +22,13 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from accord import Key, Timestamp, WriteOp
-from accord_cassandra.schema import Catalog, TableSchema, partition_values, routing_key_of
+from accord_cassandra.schema import (
+    Catalog,
+    SchemaError,
+    TableSchema,
+    partition_values,
+    routing_key_of,
+)
 
 # Write timestamps count microseconds from 2024-01-01 so that 12 low bits can carry the
 # flags and node id and the result still fits a signed 64-bit integer until about 2095.
@@ -197,25 +203,43 @@ def _settle(
         future.set_result(rows or [])
 
 
-def tables_from_cluster(metadata: Any, keyspaces: Sequence[str]) -> list[TableSchema]:
-    """Table schemas from the driver's metadata (single-row partitions only)."""
+def tables_from_cluster(
+    metadata: Any, keyspaces: Sequence[str], unusable: dict[str, str] | None = None
+) -> list[TableSchema]:
+    """Table schemas from the driver's metadata.
+
+    A table Accord cannot serve (clustering columns, or a column type the sidecar does not
+    handle) is left out, and why goes into ``unusable`` (by ``keyspace.table``): one such
+    table in a keyspace must not stop the sidecar from serving the others.
+    """
     found = []
     for name in keyspaces:
         keyspace = metadata.keyspaces.get(name)
         if keyspace is None:
             raise ValueError(f"keyspace {name!r} does not exist in Cassandra")
         for table in keyspace.tables.values():
+            qualified = f"{name}.{table.name}"
             if table.clustering_key:
-                continue  # a partition must be one row to be an Accord key
+                if unusable is not None:
+                    unusable[qualified] = (
+                        "it has clustering columns; a partition must be one row to be an Accord key"
+                    )
+                continue
             key_names = [c.name for c in table.partition_key]
-            found.append(
-                TableSchema(
-                    name,
-                    table.name,
-                    tuple((c.name, c.cql_type) for c in table.partition_key),
-                    tuple(
-                        (c.name, c.cql_type) for n, c in table.columns.items() if n not in key_names
-                    ),
+            try:
+                found.append(
+                    TableSchema(
+                        name,
+                        table.name,
+                        tuple((c.name, c.cql_type) for c in table.partition_key),
+                        tuple(
+                            (c.name, c.cql_type)
+                            for n, c in table.columns.items()
+                            if n not in key_names
+                        ),
+                    )
                 )
-            )
+            except SchemaError as error:
+                if unusable is not None:
+                    unusable[qualified] = str(error)
     return found

@@ -172,8 +172,12 @@ def serialize(name: str, cql_type: str, value: object, table: str) -> bytes:
 class Catalog:
     """The tables the sidecar may touch, by ``keyspace.table``."""
 
-    def __init__(self, tables: Sequence[TableSchema] = ()) -> None:
+    def __init__(
+        self, tables: Sequence[TableSchema] = (), unusable: Mapping[str, str] | None = None
+    ) -> None:
         self._tables: dict[str, TableSchema] = {t.qualified: t for t in tables}
+        # Tables that exist but cannot be served, with the reason (named in errors).
+        self.unusable: dict[str, str] = dict(unusable or {})
 
     def add(self, table: TableSchema) -> None:
         self._tables[table.qualified] = table
@@ -181,7 +185,13 @@ class Catalog:
     def table(self, keyspace: str, table: str) -> TableSchema:
         found = self._tables.get(f"{keyspace}.{table}")
         if found is None:
-            known_keyspaces = sorted({t.keyspace for t in self._tables.values()})
+            why = self.unusable.get(f"{keyspace}.{table}")
+            if why is not None:
+                raise SchemaError(f"table {keyspace}.{table} cannot be used through Accord: {why}")
+            known_keyspaces = sorted(
+                {t.keyspace for t in self._tables.values()}
+                | {name.split(".", 1)[0] for name in self.unusable}
+            )
             if keyspace not in known_keyspaces:
                 raise SchemaError(f"unknown keyspace {keyspace!r}")
             raise SchemaError(f"unknown table {keyspace}.{table}")

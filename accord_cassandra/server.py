@@ -212,9 +212,13 @@ class Sidecar:
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
-            catalog = Catalog(
-                tables_from_cluster(self.cluster.metadata, config.cassandra.keyspaces)
+            unusable: dict[str, str] = {}
+            tables = tables_from_cluster(
+                self.cluster.metadata, config.cassandra.keyspaces, unusable
             )
+            for name, why in sorted(unusable.items()):
+                logger.warning("table %s is not served: %s", name, why)
+            catalog = Catalog(tables, unusable)
             store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
         else:
             catalog = Catalog.from_mapping(config.tables)
