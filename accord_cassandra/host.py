@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from accord import ClientReply, Key, Node, NodeConfig, Topology, Txn
 from accord.api import DataRead, DataWrite, JournalRecord
 from accord.messages import Envelope
-from accord_cassandra.datastore import AsyncDataStore
+from accord_cassandra.datastore import AsyncDataStore, ReadTooLate
 from accord_cassandra.journal import FileJournal
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class HostMetrics:
     commits: dict[str, int] = field(default_factory=dict)
     commit_seconds: list[float] = field(default_factory=list)
     data_retries: int = 0
+    reads_too_late: int = 0
     batches: int = 0
 
     def observe(self, outcome: str, seconds: float) -> None:
@@ -202,7 +203,7 @@ class SidecarHost:
         while True:
             try:
                 if isinstance(op, DataRead):
-                    values = await self.store.read(op.keys)
+                    values = await self.store.read(op.keys, op.execute_at)
                     self.node.read_done(op.txn_id, values)
                 else:
                     if op.writes:
@@ -212,6 +213,13 @@ class SidecarHost:
                 return
             except asyncio.CancelledError:
                 raise
+            except ReadTooLate as error:
+                # The transaction was applied already (by a replica sharing the data): this
+                # replica answers its readers with the outcome once it learns it, never
+                # with what it would read now (see accord_cassandra.datastore).
+                self.metrics.reads_too_late += 1
+                logger.info("read for txn_id=%s dropped: %s", op.txn_id, error)
+                return
             except Exception:
                 self.metrics.data_retries += 1
                 logger.warning(

@@ -45,6 +45,8 @@ def render(sidecar: Sidecar) -> str:
         f"accord_journal_records_total {host.journal.appended}",
         "# TYPE accord_data_retries_total counter",
         f"accord_data_retries_total {host.metrics.data_retries}",
+        "# TYPE accord_reads_too_late_total counter",
+        f"accord_reads_too_late_total {host.metrics.reads_too_late}",
         "# TYPE accord_pending_clients gauge",
         f"accord_pending_clients {host.pending_clients()}",
         "# TYPE accord_pending_data_operations gauge",

@@ -27,9 +27,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from accord import NodeConfig, Topology, ring_topology
 from accord_cassandra.config import SidecarConfig
 from accord_cassandra.datastore import (
+    ACCORD_TABLES,
     AsyncDataStore,
     CassandraDataStore,
     MemoryDataStore,
+    accord_tables_cql,
     tables_from_cluster,
 )
 from accord_cassandra.host import Overloaded, SidecarHost
@@ -45,6 +47,7 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = "accord_cassandra.v1.Transactions"
 PEER_SERVICE_NAME = "accord_cassandra.v1.Peer"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
 class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
@@ -178,6 +181,32 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
     return cluster, cluster.connect()
 
 
+def _ensure_accord_tables(cluster: Any, session: Any, config: SidecarConfig) -> None:
+    """Create each served keyspace's history and marker tables (see
+    accord_cassandra.datastore) if missing.
+
+    Only the sidecar with the lowest id creates them: concurrent CREATE TABLE IF NOT EXISTS
+    from several clients can leave Cassandra 5.0 with two table ids for one table. The
+    others wait for them to appear, and create them only if they never do (the lowest
+    sidecar may be down for good).
+    """
+    first = config.node_id == min(config.peers)
+    for keyspace in config.cassandra.keyspaces:
+        deadline = time.monotonic() + (0 if first else ACCORD_TABLES_WAIT_SECONDS)
+        while True:
+            found = cluster.metadata.keyspaces.get(keyspace)
+            if found is not None and all(t in found.tables for t in ACCORD_TABLES):
+                break
+            if time.monotonic() >= deadline:
+                for statement in accord_tables_cql(keyspace):
+                    logger.info("creating: %s", statement)
+                    session.execute(statement, timeout=60)
+                cluster.refresh_schema_metadata()
+                break
+            time.sleep(0.5)
+            cluster.refresh_keyspace_metadata(keyspace)
+
+
 def node_config(config: SidecarConfig) -> NodeConfig:
     timing = config.timing
     return NodeConfig(
@@ -212,6 +241,7 @@ class Sidecar:
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
+            await asyncio.to_thread(_ensure_accord_tables, self.cluster, session, config)
             unusable: dict[str, str] = {}
             tables = tables_from_cluster(
                 self.cluster.metadata, config.cassandra.keyspaces, unusable

@@ -74,12 +74,16 @@ class Bank:
     seed: int = 1
     audit_share: float = 0.15
     timeout: float = 20.0
+    first_transfer: int = 1  # transfer ids (receipt keys) start here: runs sharing a table differ
     recorder: HistoryRecorder = field(default_factory=HistoryRecorder)
     transfers: dict[int, Transfer] = field(default_factory=dict)
     commits: list[Commit] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
-    _next_transfer: int = 1
+    _next_transfer: int = 0
     _clients: dict[str, AsyncClient] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._next_transfer = self.first_transfer
 
     # ------------------------------------------------------------------ clients
 
@@ -142,21 +146,38 @@ class Bank:
         t.update(ks, "receipts", transfer.transfer_id, src_tag=src["tag"], dst_tag=dst["tag"])
         return t
 
-    async def run(self, workers: int, until: Callable[[], bool]) -> None:
-        await asyncio.gather(*(self._worker(i, until) for i in range(workers)))
+    async def run(
+        self,
+        workers: int,
+        until: Callable[[], bool],
+        *,
+        addresses: Sequence[str] | None = None,
+        first_process: int = 0,
+    ) -> None:
+        """``workers`` clients until ``until()``; client i starts on address i (mod n) and
+        moves to the next one when its sidecar is unreachable."""
+        targets = list(addresses or self.addresses)
+        await asyncio.gather(
+            *(self._worker(first_process + i, until, targets) for i in range(workers))
+        )
 
-    async def _worker(self, process: int, until: Callable[[], bool]) -> None:
+    async def _worker(self, process: int, until: Callable[[], bool], targets: list[str]) -> None:
         rng = random.Random(self.seed * 1000 + process)
-        slot = process  # which address this worker uses; moves on when it is unreachable
+        slot = process
+        failures = 0
         while not until():
-            address = self.addresses[slot % len(self.addresses)]
+            address = targets[slot % len(targets)]
             if rng.random() < self.audit_share:
                 await self._audit_op(process, address)
                 continue
             transfer = self._new_transfer(rng)
-            if not await self._transfer_op(process, address, transfer):
-                slot += 1
-                await asyncio.sleep(rng.uniform(0.02, 0.1))
+            if await self._transfer_op(process, address, transfer):
+                failures = 0
+                continue
+            # Unreachable or no outcome: try the next sidecar, backing off while none answers.
+            slot += 1
+            failures += 1
+            await asyncio.sleep(min(0.5, 0.02 * 2**failures) * rng.uniform(0.5, 1.0))
 
     def _new_transfer(self, rng: random.Random) -> Transfer:
         source, target = rng.sample(self.accounts, 2)

@@ -89,8 +89,8 @@ def test_append_then_replay_after_reopen(tmp_path: Path) -> None:
     assert same(replay_of(tmp_path), first + second)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches=st.lists(st.lists(journal_records, max_size=4), max_size=4))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(journal_records, max_size=3), max_size=3))
 def test_any_records_survive_a_reopen(
     tmp_path_factory: pytest.TempPathFactory, batches: list[list[JournalRecord]]
 ) -> None:

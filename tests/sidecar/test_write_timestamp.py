@@ -90,7 +90,7 @@ def test_memory_store_is_last_write_wins_in_executeat_order(
     async def apply() -> object:
         for stamp, value, delete in shuffled:
             await store.write([WriteOp(key, (value,), delete=delete)], stamp)
-        return (await store.read([key]))[key]
+        return (await store.read([key], max(writes)[0]))[key]
 
     _, value, delete = max(writes)
     assert asyncio.run(apply()) == (None if delete else (value,))

@@ -1,0 +1,372 @@
+"""Three sidecars beside a real 3-node Cassandra (RF 3, QUORUM): bank transfers under load,
+with one sidecar SIGKILLed, then all three, and every acknowledged transfer checked.
+
+Each test runs its own accounts and transfer ids in the module's keyspace. Judges (see
+bank.py): accord's strict-serializability checker on the client history; receipts read
+straight from Cassandra at QUORUM that prove each acknowledged transfer applied exactly once
+and nothing was lost; totals read both through a sidecar and from Cassandra directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from cassandra import ConsistencyLevel
+from cassandra.query import SimpleStatement
+
+from accord import Key, Timestamp, WriteOp
+from accord_cassandra.client import Client, Transaction, TransactionError
+from accord_cassandra.cluster import metrics_of
+from accord_cassandra.datastore import (
+    HISTORY_TABLE,
+    HLC_BASE_MICROS,
+    CassandraDataStore,
+    ReadTooLate,
+    tables_from_cluster,
+)
+from accord_cassandra.schema import Catalog
+from tests.sidecar.bank import Bank, Commit, verify_ledger
+from tests.sidecar.conftest import CassandraSidecars, log_tails, sidecar_log
+
+pytestmark = pytest.mark.cassandra
+
+ACCOUNTS = 8
+
+
+def direct_accounts(sidecars: CassandraSidecars, bank: Bank) -> dict[str, tuple[int, int]]:
+    names = ", ".join(f"'{a}'" for a in bank.accounts)
+    statement = SimpleStatement(
+        f"SELECT id, balance, tag FROM {sidecars.keyspace}.accounts WHERE id IN ({names})",
+        consistency_level=ConsistencyLevel.QUORUM,
+    )
+    return {row.id: (row.balance, row.tag) for row in sidecars.session.execute(statement)}
+
+
+def direct_receipts(sidecars: CassandraSidecars, bank: Bank) -> dict[int, tuple[int, int]]:
+    statement = SimpleStatement(
+        f"SELECT id, src_tag, dst_tag FROM {sidecars.keyspace}.receipts",
+        consistency_level=ConsistencyLevel.QUORUM,
+        fetch_size=5000,
+    )
+    low, high = bank.first_transfer, bank.first_transfer + 10_000_000
+    return {
+        row.id: (row.src_tag, row.dst_tag)
+        for row in sidecars.session.execute(statement)
+        if low <= row.id < high
+    }
+
+
+async def settle(
+    sidecars: CassandraSidecars, bank: Bank, seconds: float = 60.0
+) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """Audit through the sidecars until Cassandra, read directly, shows the same rows twice
+    in a row: transactions with unknown outcomes may still be recovering for a while."""
+    deadline = time.monotonic() + seconds
+    previous = None
+    while True:
+        audited = await bank.audit()
+        direct = await asyncio.to_thread(direct_accounts, sidecars, bank)
+        if audited == direct and direct == previous:
+            return audited, direct
+        previous = direct
+        assert time.monotonic() < deadline, f"no quiescence: {audited} vs {direct}"
+        await asyncio.sleep(0.5)
+
+
+def judge(sidecars: CassandraSidecars, bank: Bank, final: dict[str, tuple[int, int]]) -> None:
+    """Every judge's verdict at once, with the evidence saved next to the sidecars' logs."""
+    receipts = direct_receipts(sidecars, bank)
+    problems = []
+    total = sum(balance for balance, _ in final.values())
+    if total != ACCOUNTS * bank.initial:
+        problems.append(f"total {total}, expected {ACCOUNTS * bank.initial}")
+    verdict = bank.verdict()
+    if not verdict.valid:
+        problems.append(verdict.summary())
+    problems.extend(verify_ledger(bank, final, receipts))
+    if problems:
+        evidence = sidecars.cluster.directory / f"evidence-{bank.accounts[0]}.json"
+        evidence.write_text(
+            json.dumps(
+                {
+                    "history": bank.history().to_json(),
+                    "transfers": [vars(t) for t in bank.transfers.values()],
+                    "final": final,
+                    "receipts": {str(k): v for k, v in receipts.items()},
+                },
+                default=str,
+            )
+        )
+        context = f"statuses={bank.statuses()} errors={dict(bank.errors)} evidence={evidence}"
+        raise AssertionError("\n".join([*problems[:30], context]))
+
+
+def run_scenario(
+    sidecars: CassandraSidecars,
+    bank: Bank,
+    script: Callable[[Callable[[], bool]], Awaitable[None]],
+    workers: int = 6,
+) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """Set up the accounts, run ``workers`` clients while ``script`` does its faults, stop
+    the clients when it returns, then settle."""
+
+    async def main() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        stopped = False
+        try:
+            await bank.setup()
+            load = asyncio.create_task(bank.run(workers, lambda: stopped))
+            try:
+                await script(lambda: load.done())
+            finally:
+                stopped = True
+                await load
+            return await settle(sidecars, bank)
+        finally:
+            await bank.close()
+
+    try:
+        return asyncio.run(main())
+    except BaseException:
+        print(log_tails(sidecars.cluster))
+        raise
+
+
+def new_bank(sidecars: CassandraSidecars, name: str, first_transfer: int, seed: int) -> Bank:
+    return Bank(
+        sidecars.addresses(),
+        sidecars.keyspace,
+        [f"{name}{i}" for i in range(ACCOUNTS)],
+        seed=seed,
+        first_transfer=first_transfer,
+    )
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_concurrent_transfers_are_conserved_and_strictly_serializable(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    bank = new_bank(sidecars, "plain", 1_000_000, seed=11)
+
+    async def script(_: Callable[[], bool]) -> None:
+        await asyncio.sleep(8)
+
+    audited, direct = run_scenario(sidecars, bank, script, workers=8)
+    assert bank.statuses()["ok"] >= 40, bank.statuses()
+    assert audited == direct
+    judge(sidecars, bank, direct)
+    p50, p99 = bank.latency_ms()
+    print(f"cassandra store: {bank.statuses()} commit p50={p50:.1f}ms p99={p99:.1f}ms")
+
+
+def test_sigkill_one_sidecar_mid_load(cassandra_sidecars: CassandraSidecars) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    bank = new_bank(sidecars, "kill1", 2_000_000, seed=22)
+    victim = 2
+    victim_address = sidecars.cluster.sidecars[victim].address
+    others = [a for a in sidecars.addresses() if a != victim_address]
+    marks: dict[str, float] = {}
+
+    async def script(_: Callable[[], bool]) -> None:
+        await asyncio.sleep(3)
+        marks["kill"] = time.monotonic()
+        sidecars.cluster.sidecars[victim].kill()
+        await asyncio.sleep(4)
+        marks["restart"] = time.monotonic()
+        await asyncio.to_thread(sidecars.cluster.restart, victim, 60.0)
+        marks["serving"] = time.monotonic()
+        # Clients that fled the dead sidecar stay where they went; send some to it again,
+        # until it has committed a few (it first learns what it missed) or time is up.
+        give_up = time.monotonic() + 45
+
+        def caught_up() -> bool:
+            return len(committed_by_victim()) >= 5 or time.monotonic() > give_up
+
+        await bank.run(2, caught_up, addresses=[victim_address], first_process=100)
+
+    def committed_by_victim() -> list[Commit]:
+        return [c for c in bank.commits if c.at > marks["serving"] and c.address == victim_address]
+
+    audited, direct = run_scenario(sidecars, bank, script)
+    assert audited == direct
+    judge(sidecars, bank, direct)
+    while_down = [
+        c
+        for c in bank.commits
+        if marks["kill"] + 0.5 < c.at < marks["restart"] and c.address in others
+    ]
+    assert len(while_down) >= 5, f"the others committed only {len(while_down)} while one was down"
+    after = committed_by_victim()
+    assert len(after) >= 5, f"the restarted sidecar committed only {len(after)}"
+    catch_up = after[0].at - marks["serving"]
+    log = sidecar_log(sidecars.cluster, victim)
+    replayed = [int(n) for n in re.findall(r"replayed=(\d+)", log)]
+    assert len(replayed) == 2 and replayed[-1] > 0, "the restarted sidecar replayed its journal"
+    # It caught up: what it reads is what Cassandra holds, and nothing is left pending on it.
+    with Client(victim_address, timeout=30) as client:
+        t = Transaction()
+        for account in bank.accounts:
+            t.let(account, sidecars.keyspace, "accounts", account)
+        rows = client.transact(t).rows
+    assert {a: (r["balance"], r["tag"]) for a, r in rows.items() if r} == direct
+    restart = marks["serving"] - marks["restart"]
+    print(
+        f"kill one: {bank.statuses()} committed while down={len(while_down)}, "
+        f"by the restarted one={len(after)}, restart took {restart:.1f}s, "
+        f"its first commit {catch_up:.1f}s after that"
+    )
+
+
+def test_sigkill_all_sidecars_at_once_mid_load(cassandra_sidecars: CassandraSidecars) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    bank = new_bank(sidecars, "killall", 3_000_000, seed=33)
+    marks: dict[str, float] = {}
+
+    async def script(_: Callable[[], bool]) -> None:
+        await asyncio.sleep(4)
+        marks["kill"] = time.monotonic()
+        processes = [s.process for s in sidecars.cluster.sidecars.values() if s.process]
+        for process in processes:  # SIGKILL all three before waiting for any
+            process.send_signal(signal.SIGKILL)
+        for process in processes:
+            await asyncio.to_thread(process.wait, 10)
+        marks["restart"] = time.monotonic()
+        for node_id in sidecars.cluster.sidecars:
+            await asyncio.to_thread(sidecars.cluster.sidecars[node_id].start)
+        await asyncio.to_thread(sidecars.cluster.wait_all, 60.0)
+        marks["serving"] = time.monotonic()
+        await asyncio.sleep(4)
+
+    audited, direct = run_scenario(sidecars, bank, script)
+    assert audited == direct
+    judge(sidecars, bank, direct)
+    after = [c for c in bank.commits if c.at > marks["serving"]]
+    assert len(after) >= 10, f"only {len(after)} commits after the restart"
+    info = bank.statuses()["info"]
+    print(
+        f"kill all: {bank.statuses()} commits after restart={len(after)}, unknown outcomes={info}, "
+        f"restart took {marks['serving'] - marks['restart']:.1f}s"
+    )
+
+
+def test_unusable_tables_are_named_and_the_rest_serves(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    address = sidecars.addresses()[0]
+    ks = sidecars.keyspace
+    with Client(address, timeout=30) as client:
+        for table, key, reason in (
+            ("profiles", "p1", "map<text, int>"),
+            ("events", "e1", "clustering"),
+        ):
+            t = Transaction()
+            t.let("x", ks, table, key)
+            with pytest.raises(TransactionError) as caught:
+                client.transact(t)
+            assert caught.value.code == "INVALID_ARGUMENT"
+            assert f"{ks}.{table}" in caught.value.message and reason in caught.value.message
+        # A composite partition key and narrow types work end to end.
+        write = Transaction().update(ks, "items", ("eu", 1), qty=2_147_483_646, small=126)
+        assert client.transact(write).applied
+        bump = Transaction()
+        item = bump.let("item", ks, "items", ("eu", 1))
+        bump.update(ks, "items", ("eu", 1), qty=item["qty"] + 1, small=item["small"] + 1)
+        assert client.transact(bump).applied
+        # One more would overflow int and tinyint: the transaction fails, nothing is written,
+        # and the row stays usable (no replica is stuck retrying a write Cassandra refuses).
+        result = client.transact(bump)
+        assert not result.applied and result.error and "items.qty (int)" in result.error
+        check = Transaction()
+        check.let("item", ks, "items", ("eu", 1))
+        row = client.transact(check).rows["item"]
+        assert row is not None and (row["qty"], row["small"]) == (2_147_483_647, 127)
+    for sidecar in sidecars.cluster.sidecars.values():
+        assert metrics_of(sidecar.metrics_address)["accord_data_retries_total"] == 0
+
+
+def test_a_read_never_returns_what_its_own_or_a_later_transaction_wrote(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    # The sidecars share one copy of the data. A transaction re-executed by recovery after
+    # one replica applied it must read what it read the first time, never its own writes
+    # (that applied a transfer twice) nor a later transaction's.
+    sidecars = cassandra_sidecars
+    ks = sidecars.keyspace
+    cluster = sidecars.session.cluster
+    catalog = Catalog(tables_from_cluster(cluster.metadata, [ks]))
+    store = CassandraDataStore(sidecars.session, catalog)
+    key = catalog.table(ks, "accounts").key(["too-late"])
+    fresh = catalog.table(ks, "accounts").key(["never-written"])
+
+    def at(micros: int) -> Timestamp:
+        return Timestamp(1, HLC_BASE_MICROS + 10_000_000_000 + micros, 1, 1)
+
+    async def read(reader: int, *keys: Key) -> dict[Key, object]:
+        return await store.read(list(keys or [key]), at(reader))
+
+    async def scenario() -> None:
+        assert await read(1, fresh) == {fresh: None}
+        await store.write([WriteOp(key, (5, 1))], at(20))
+        assert await read(21) == {key: (5, 1)}
+        # The first version of a row has nothing before it in the history, and the table
+        # shows the write itself: that read cannot be answered.
+        for reader in (20, 19):
+            with pytest.raises(ReadTooLate, match="not before this read"):
+                await read(reader, key, fresh)
+        # From then on every read is as of its own timestamp, however late it comes.
+        await store.write([WriteOp(key, (6, 2))], at(25))
+        assert [await read(r) for r in (22, 25, 26)] == [
+            {key: (5, 1)},
+            {key: (5, 1)},
+            {key: (6, 2)},
+        ]
+        await store.write([WriteOp(key, None, delete=True)], at(30))
+        assert [await read(r) for r in (30, 31)] == [{key: (6, 2)}, {key: None}]
+        await store.write([WriteOp(key, (None, None))], at(40))
+        assert [await read(r) for r in (40, 41)] == [{key: None}, {key: (None, None)}]
+        # Replaying an older write changes nothing (last write wins by executeAt).
+        await store.write([WriteOp(key, (6, 2))], at(25))
+        assert [await read(r) for r in (26, 41)] == [{key: (6, 2)}, {key: (None, None)}]
+        # Once the versions expire, the table's write timestamps (and, for rows with no live
+        # cell, the markers of deletes and null rows) still refuse reads from the past.
+        sidecars.session.execute(
+            f"DELETE FROM {ks}.{HISTORY_TABLE} WHERE key = %s", [key.name], timeout=60
+        )
+        with pytest.raises(ReadTooLate):
+            await read(35)
+        assert await read(41) == {key: (None, None)}
+
+    asyncio.run(scenario())
+
+
+def test_deletes_through_the_sidecars(cassandra_sidecars: CassandraSidecars) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    ks = sidecars.keyspace
+    first, second = sidecars.addresses()[:2]
+    with Client(first, timeout=30) as one, Client(second, timeout=30) as other:
+        assert one.transact(Transaction().update(ks, "accounts", "gone", balance=1, tag=0)).applied
+        assert other.transact(Transaction().delete(ks, "accounts", "gone")).applied
+        read = Transaction()
+        read.let("row", ks, "accounts", "gone")
+        assert one.transact(read).rows == {"row": None}
+        bump = Transaction()
+        row = bump.let("row", ks, "accounts", "gone")
+        bump.where(row["balance"].is_null())
+        bump.update(ks, "accounts", "gone", balance=7)
+        result = other.transact(bump)
+        assert result.applied and result.rows == {"row": None}
+        assert one.transact(read).rows == {"row": {"balance": 7, "tag": None}}
