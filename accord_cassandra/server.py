@@ -265,6 +265,11 @@ class Sidecar:
             )
         else:
             topology = static_topology(config)
+        if isinstance(store, MemoryDataStore):
+            restored = store.restore(
+                journal.replay(), lambda key: topology.owns(config.node_id, key)
+            )
+            logger.info("memory store rebuilt from %d applied transactions", restored)
         self.host = SidecarHost(
             config.node_id,
             topology,

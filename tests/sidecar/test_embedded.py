@@ -334,3 +334,24 @@ def test_concurrent_transfers_on_the_embedded_store(embedded: LocalSidecars) -> 
     verdict = bank.verdict()
     assert verdict.valid, verdict.summary()
     assert verify_ledger(bank, final, receipts) == []
+
+
+def test_a_restarted_embedded_sidecar_still_has_its_rows(embedded: LocalSidecars) -> None:
+    # The in-memory store dies with the process; the journal holds every applied write.
+    t = Transaction()
+    for i in range(6):
+        t.update("bank", "accounts", f"kept{i}", balance=100 + i, tag=i)
+    with client(embedded.addresses()[0]) as c:
+        assert c.transact(t).applied
+    reader = Transaction()
+    for i in range(6):
+        reader.let(f"kept{i}", "bank", "accounts", f"kept{i}")
+    expected = {f"kept{i}": {"balance": 100 + i, "tag": i} for i in range(6)}
+    # A coordinator that replicates the rows reads them itself: through sidecar 2 this reads
+    # sidecar 2's store, so the write is applied (and journaled as such) there.
+    with client(embedded.sidecars[2].address) as c:
+        assert c.transact(reader).rows == expected
+    embedded.sidecars[2].kill()
+    embedded.restart(2, timeout=60)
+    with client(embedded.sidecars[2].address) as c:
+        assert c.transact(reader).rows == expected
