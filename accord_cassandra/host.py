@@ -96,12 +96,28 @@ class SidecarHost:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.replayed = len(records)
+        # Set when the pump or the ticker died: the process must then exit (see _ended).
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._pump()), asyncio.create_task(self._ticker())]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
         self._wake.set()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # The pump and the ticker run until stop(). If one dies (the journal cannot be
+        # written, a bug), the node can never make progress again: say so loudly and let
+        # the process fail, rather than keep answering health checks while stuck.
+        if task.cancelled() or self._stopping:
+            return
+        error = task.exception() or RuntimeError("the pump ended")
+        logger.critical("sidecar host failed; it cannot continue", exc_info=error)
+        self.failure = error
+        self.failed.set()
 
     async def drain(self, timeout: float) -> None:
         """Stop taking clients and wait (bounded) for those in flight to finish."""

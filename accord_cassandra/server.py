@@ -349,5 +349,13 @@ async def serve(config: SidecarConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    stopped = asyncio.create_task(stop.wait())
+    failed = asyncio.create_task(sidecar.host.failed.wait())
+    await asyncio.wait((stopped, failed), return_when=asyncio.FIRST_COMPLETED)
+    if sidecar.host.failed.is_set():
+        # Nothing in flight can finish: no drain, just stop answering and exit non-zero.
+        sidecar.config = sidecar.config.model_copy(update={"drain_seconds": 0})
+        await sidecar.stop()
+        raise SystemExit(f"sidecar failed: {sidecar.host.failure!r}")
+    failed.cancel()
     await sidecar.stop()
