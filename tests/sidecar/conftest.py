@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,12 +46,18 @@ TIMING: dict[str, int] = {}
 
 
 def _stop(cluster: LocalSidecars) -> None:
-    # SIGTERM with a short grace, then SIGKILL: every process goes, whatever happened.
-    for sidecar in cluster.sidecars.values():
+    # SIGTERM to all at once (each drains for drain_seconds), then SIGKILL what is left:
+    # every process goes, whatever happened.
+    running = [s.process for s in cluster.sidecars.values() if s.process and s.alive()]
+    for process in running:
         with contextlib.suppress(Exception):
-            sidecar.stop(timeout=10)
-        with contextlib.suppress(Exception):
-            sidecar.kill()
+            process.send_signal(signal.SIGTERM)
+    for process in running:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +135,10 @@ def cassandra_sidecars(
         yield CassandraSidecars(cluster, cassandra_cluster, keyspace, session)
     finally:
         _stop(cluster)
-        with contextlib.suppress(Exception):
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+        # A cluster the fixtures launched is deleted with its data anyway.
+        if not getattr(cassandra_cluster, "disposable", False):
+            with contextlib.suppress(Exception):
+                session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
 
 
 def log_tails(cluster: LocalSidecars, lines: int = 40) -> str:
