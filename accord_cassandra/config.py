@@ -73,6 +73,8 @@ class SidecarConfig(BaseSettings):
     peers: dict[int, str]
     replication_factor: int = Field(default=3, ge=1)
     shards_per_node: int = Field(default=4, ge=1, le=256)
+    # Fast-path voters per shard (n - f <= e <= n); fewer voters mean a nearer fast quorum.
+    electorate_size: int | None = Field(default=None, ge=1)
     topology: Literal["static", "cassandra"] = "static"
     # With topology: cassandra, the Cassandra node (address) each sidecar runs beside.
     cassandra_hosts: dict[int, str] = Field(default_factory=dict)
@@ -119,6 +121,13 @@ class SidecarConfig(BaseSettings):
             )
         if self.store == "cassandra" and not self.cassandra.keyspaces:
             raise ValueError("store: cassandra needs cassandra.keyspaces (the keyspaces to serve)")
+        if self.electorate_size is not None:
+            lowest = self.replication_factor - (self.replication_factor - 1) // 2
+            if not lowest <= self.electorate_size <= self.replication_factor:
+                raise ValueError(
+                    f"electorate_size must be within [{lowest}, {self.replication_factor}] "
+                    f"for replication_factor {self.replication_factor}"
+                )
         if self.topology == "cassandra":
             if self.store != "cassandra":
                 raise ValueError("topology: cassandra needs store: cassandra")

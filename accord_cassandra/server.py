@@ -221,7 +221,10 @@ def node_config(config: SidecarConfig) -> NodeConfig:
 
 def static_topology(config: SidecarConfig) -> Topology:
     return ring_topology(
-        sorted(config.peers), config.replication_factor, shards_per_node=config.shards_per_node
+        sorted(config.peers),
+        config.replication_factor,
+        shards_per_node=config.shards_per_node,
+        electorate_size=config.electorate_size,
     )
 
 

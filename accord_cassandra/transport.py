@@ -33,6 +33,7 @@ QUEUE_LIMIT = 10_000
 BATCH_LIMIT = 512
 DELIVER_DEADLINE_SECONDS = 2.0
 BACKOFF_SECONDS_MAX = 1.0
+IN_FLIGHT_LIMIT = 16
 
 
 @dataclass
@@ -105,6 +106,8 @@ class PeerSender:
         self.metrics = metrics
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
+        self._backoff = 0.05
+        self._backoff_until = 0.0
 
     def send(self, envelope: Envelope) -> None:
         if self.queue.qsize() >= QUEUE_LIMIT:
@@ -116,24 +119,40 @@ class PeerSender:
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        backoff = 0.05
+        # Up to IN_FLIGHT_LIMIT batches travel at once: waiting for each acknowledgement
+        # before sending the next made every message queue behind a whole round trip on a
+        # WAN (bench: loaded p50 1.5-2x higher, fast path 0.62-0.70 instead of 0.86-0.99).
+        # Batches may then arrive out of order, which the protocol tolerates anyway.
+        slots = asyncio.Semaphore(IN_FLIGHT_LIMIT)
+        pending: set[asyncio.Task[None]] = set()
         while True:
             batch = [await self.queue.get()]
             while len(batch) < BATCH_LIMIT and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
-            request = peer_pb2.PeerBatch(
-                codec_version=CODEC_VERSION, source=self.node_id, payloads=batch
-            )
-            try:
-                await self.stub.Deliver(request, timeout=DELIVER_DEADLINE_SECONDS)
-                self.metrics.sent += len(batch)
-                backoff = 0.05
-            except grpc.aio.AioRpcError as error:
-                self.metrics.failed_batches += 1
-                self.metrics.dropped += len(batch)
-                logger.debug("delivery to node=%d failed: %s", self.peer_id, error.code())
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_SECONDS_MAX)
+            await slots.acquire()
+            if self._backoff_until > asyncio.get_running_loop().time():
+                await asyncio.sleep(self._backoff_until - asyncio.get_running_loop().time())
+            task = asyncio.create_task(self._deliver(batch, slots))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    async def _deliver(self, batch: list[bytes], slots: asyncio.Semaphore) -> None:
+        request = peer_pb2.PeerBatch(
+            codec_version=CODEC_VERSION, source=self.node_id, payloads=batch
+        )
+        try:
+            await self.stub.Deliver(request, timeout=DELIVER_DEADLINE_SECONDS)
+            self.metrics.sent += len(batch)
+            self._backoff = 0.05
+        except grpc.aio.AioRpcError as error:
+            self.metrics.failed_batches += 1
+            self.metrics.dropped += len(batch)
+            logger.debug("delivery to node=%d failed: %s", self.peer_id, error.code())
+            # A peer that is down: space the next attempts out instead of spinning.
+            self._backoff_until = asyncio.get_running_loop().time() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_SECONDS_MAX)
+        finally:
+            slots.release()
 
     async def close(self) -> None:
         if self.task is not None:
