@@ -161,6 +161,15 @@ def _metadata(token: str | None) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")] if token else []
 
 
+# A sidecar that restarts should be reachable again within a second or two, not after
+# gRPC's default reconnect backoff (which grows to 120 s while the sidecar is down).
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
 class Client:
     """Blocking client for one sidecar address."""
 
@@ -173,9 +182,9 @@ class Client:
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.channel = (
-            grpc.secure_channel(address, credentials)
+            grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
             if credentials
-            else grpc.insecure_channel(address)
+            else grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         )
         self.stub = client_pb2_grpc.TransactionsStub(self.channel)
         self.token = token
@@ -213,9 +222,9 @@ class AsyncClient:
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.channel = (
-            grpc.aio.secure_channel(address, credentials)
+            grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
             if credentials
-            else grpc.aio.insecure_channel(address)
+            else grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         )
         self.stub = client_pb2_grpc.TransactionsStub(self.channel)
         self.token = token

@@ -47,6 +47,15 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = "accord_cassandra.v1.Transactions"
 PEER_SERVICE_NAME = "accord_cassandra.v1.Peer"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# gRPC backs off reconnecting to an unreachable peer exponentially, up to 120 s by default,
+# and a channel in backoff fails every call at once. A peer down for a few seconds then
+# stayed unreachable long after it restarted: it could not catch up for 15-25 s
+# (tests/sidecar/test_cassandra.py). Peers are few and close; retry every second at most.
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
@@ -134,7 +143,7 @@ def _add_raw_unary(
 
 
 def _channel_factory(config: SidecarConfig) -> Any:
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
     if config.tls is None:
         return lambda address: grpc.aio.insecure_channel(address, options=options)
     tls = config.tls
