@@ -137,6 +137,14 @@ def run_scenario(
         raise
 
 
+async def until(condition: Callable[[], bool], *, seconds: float) -> None:
+    """Wait, polling, until ``condition`` holds or ``seconds`` pass (then the test's own
+    assertions say what did not happen)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
 def new_bank(sidecars: CassandraSidecars, name: str, first_transfer: int, seed: int) -> Bank:
     return Bank(
         sidecars.addresses(),
@@ -158,7 +166,9 @@ def test_concurrent_transfers_are_conserved_and_strictly_serializable(
     bank = new_bank(sidecars, "plain", 1_000_000, seed=11)
 
     async def script(_: Callable[[], bool]) -> None:
-        await asyncio.sleep(8)
+        # Progress, not speed: run until 40 transfers committed (a loaded CI machine may
+        # need far longer than an idle one); only a stuck cluster reaches the deadline.
+        await until(lambda: bank.statuses()["ok"] >= 40, seconds=180)
 
     audited, direct = run_scenario(sidecars, bank, script, workers=8)
     assert bank.statuses()["ok"] >= 40, bank.statuses()
@@ -178,21 +188,24 @@ def test_sigkill_one_sidecar_mid_load(cassandra_sidecars: CassandraSidecars) -> 
     marks: dict[str, float] = {}
 
     async def script(_: Callable[[], bool]) -> None:
-        await asyncio.sleep(3)
+        await until(lambda: bank.statuses()["ok"] >= 10, seconds=120)
         marks["kill"] = time.monotonic()
         sidecars.cluster.sidecars[victim].kill()
-        await asyncio.sleep(4)
+        await until(lambda: len(committed_while_down()) >= 5, seconds=120)
         marks["restart"] = time.monotonic()
         await asyncio.to_thread(sidecars.cluster.restart, victim, 60.0)
         marks["serving"] = time.monotonic()
         # Clients that fled the dead sidecar stay where they went; send some to it again,
         # until it has committed a few (it first learns what it missed) or time is up.
-        give_up = time.monotonic() + 45
+        give_up = time.monotonic() + 120
 
         def caught_up() -> bool:
             return len(committed_by_victim()) >= 5 or time.monotonic() > give_up
 
         await bank.run(2, caught_up, addresses=[victim_address], first_process=100)
+
+    def committed_while_down() -> list[Commit]:
+        return [c for c in bank.commits if c.at > marks["kill"] + 0.5 and c.address in others]
 
     def committed_by_victim() -> list[Commit]:
         return [c for c in bank.commits if c.at > marks["serving"] and c.address == victim_address]
@@ -234,7 +247,7 @@ def test_sigkill_all_sidecars_at_once_mid_load(cassandra_sidecars: CassandraSide
     marks: dict[str, float] = {}
 
     async def script(_: Callable[[], bool]) -> None:
-        await asyncio.sleep(4)
+        await until(lambda: bank.statuses()["ok"] >= 10, seconds=120)
         marks["kill"] = time.monotonic()
         processes = [s.process for s in sidecars.cluster.sidecars.values() if s.process]
         for process in processes:  # SIGKILL all three before waiting for any
@@ -248,7 +261,7 @@ def test_sigkill_all_sidecars_at_once_mid_load(cassandra_sidecars: CassandraSide
         marks["serving"] = time.monotonic()
         # Load goes on until the restarted cluster has committed a few (each sidecar first
         # recovers what the crash left in flight), or time is up.
-        give_up = time.monotonic() + 45
+        give_up = time.monotonic() + 120
         while len(committed_after()) < 10 and time.monotonic() < give_up:
             await asyncio.sleep(0.2)
 
