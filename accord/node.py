@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from accord.api import ClientReply, Clock, HlcFloor, JournalRecord, Ready
-from accord.coordinate.transaction import Outcome, TransactionCoordinator
+from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
 from accord.invariants import check_argument
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs, CommandStore
@@ -52,7 +52,18 @@ from accord.messages import (
     Reply,
     Request,
 )
-from accord.primitives import Ballot, Key, Route, Status, Timestamp, Txn, TxnId, Value
+from accord.primitives import (
+    Ballot,
+    Hlc,
+    Key,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnId,
+    TxnResult,
+    Value,
+)
 from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -128,8 +139,6 @@ class Node:
         self.stats = NodeStats()
         records = list(journal)
         floor = max((r.value for r in records if isinstance(r, HlcFloor)), default=0)
-        from accord.primitives import Hlc
-
         self.hlc = Hlc(node_id, floor=floor, reserve_micros=self.config.hlc_reserve_micros)
         self.store = CommandStore(
             node_id,
@@ -445,8 +454,6 @@ class Node:
             self.stats.slow_path += 1
 
     def _purge_done(self) -> None:
-        from accord.coordinate.transaction import Phase
-
         for cid in [c for c, co in self._coordinators.items() if co.phase is Phase.DONE]:
             coordinator = self._coordinators.pop(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
@@ -466,8 +473,6 @@ class Node:
     # ------------------------------------------------------------------ clients
 
     def _reply(self, request: _ClientRequest, outcome: str, result: object) -> None:
-        from accord.primitives import TxnResult
-
         del self._clients[request.txn_id]
         self.stats.by_outcome[outcome] = self.stats.by_outcome.get(outcome, 0) + 1
         self._ready.replies.append(

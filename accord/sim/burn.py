@@ -27,7 +27,6 @@ from accord.primitives import (
     BinOp,
     Const,
     Item,
-    Key,
     MakeTuple,
     Predicate,
     Put,
@@ -457,7 +456,3 @@ def _collect(cluster: Cluster, result: RunResult, issued: int) -> None:
     result.slow_path = stats.slow_path
     result.recoveries = stats.recoveries
     result.invalidations = stats.invalidations
-
-
-def key_of(name: str) -> Key:
-    return sim_key(name)
