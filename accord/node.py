@@ -337,7 +337,7 @@ class Node:
                 else AcceptOk(body.cid, body.txn_id, accepted.deps)
             )
         elif isinstance(body, AcceptInvalidate):
-            out_inv = store.accept_invalidate(body.txn_id, body.ballot)
+            out_inv = store.accept_invalidate(body.txn_id, body.ballot, body.route)
             reply = (
                 self._nack(body.cid, body.txn_id, out_inv)
                 if isinstance(out_inv, Refused)
@@ -547,7 +547,10 @@ class Node:
                 self._new_coordinator(
                     command.txn_id, command.txn, command.route, self.new_ballot()
                 ).start_recovery()
-            elif command.key_hint is not None and self.store.is_blocking(command.txn_id):
+            elif command.key_hint is not None and (
+                self.store.is_blocking(command.txn_id)
+                or command.status is Status.ACCEPTED_INVALIDATE
+            ):
                 command.recovery_attempts += 1
                 command.last_progress_micros = now
                 self._new_coordinator(

@@ -28,7 +28,7 @@ from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-CODEC_VERSION = 1
+CODEC_VERSION = 2
 QUEUE_LIMIT = 10_000
 # A receiver steps its node through a whole batch before it answers. Under load (after a
 # restart every replica re-persists what it applied: thousands of messages at once, see the

@@ -158,6 +158,7 @@ class TransactionCoordinator:
         self.result: TxnResult | None = None
         self.applied: AllTracker | None = None
         self.invalidation_shard: Shard | None = None
+        self.invalidation_key: Key | None = None
         self.outcome: Outcome | None = None
         self.fast_path: bool | None = None
         self.wait_for: tuple[TxnId, ...] = ()
@@ -191,6 +192,7 @@ class TransactionCoordinator:
         """Invalidate a txn known only by id, through the shard that owns ``key``."""
         shard = self.host.topology.shard_for(key)
         self.invalidation_shard = shard
+        self.invalidation_key = key
         self.shards = (shard,)
         self.nodes = shard.replicas
         self.quorum = QuorumTracker(self.shards)
@@ -275,21 +277,42 @@ class TransactionCoordinator:
             self._on_invalidate_ok(src, reply)
 
     def _on_nack(self, src: int, nack: Nack) -> None:
-        if self.phase in (
+        """Only a higher ballot preempts us.
+
+        A Nack names no request, so one carrying a ballot we already hold is a stale answer
+        to an earlier round (a duplicate PreAccept reaching a replica that has since
+        accepted our proposal) or a replica that is past the phase: the round can still
+        reach its quorum through the others, and if it cannot, it times out and leaves the
+        txn to the progress logs. The exception is an invalidation meeting a decided txn:
+        it can never win, so recovery restarts and finds the decision.
+        """
+        if self.phase not in (
             Phase.PREACCEPT,
             Phase.ACCEPT,
             Phase.RECOVER,
             Phase.ACCEPT_INVALIDATE,
             Phase.BEGIN_INVALIDATION,
         ):
+            return
+        preempted = nack.promised > self.ballot
+        decided_elsewhere = self.phase is Phase.ACCEPT_INVALIDATE and nack.status.is_decided
+        if not (preempted or decided_elsewhere):
             logger.debug(
-                "txn_id=%s cid=%d preempted by node=%d promised=%s",
+                "txn_id=%s cid=%d ignores a stale nack from node=%d status=%s",
                 self.txn_id,
                 self.cid,
                 src,
-                nack.promised,
+                nack.status.name,
             )
-            self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+            return
+        logger.debug(
+            "txn_id=%s cid=%d preempted by node=%d promised=%s",
+            self.txn_id,
+            self.cid,
+            src,
+            nack.promised,
+        )
+        self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
 
     # --- PreAccept
 
@@ -321,13 +344,19 @@ class TransactionCoordinator:
             self.host.on_fast_path(True)
             self._stabilise(self.txn_id, deps, quorum_first=False)
             return True
+        if fast.progress() is Progress.SUCCESS and any(
+            r.rejected for r in self.preaccepts.values()
+        ):
+            # A replica refused the txn as expired: a fast quorum of the others must not
+            # leave the round undecided until it gives up.
+            self.fast_path = False
+            self.host.on_fast_path(False)
+            self._invalidate()
+            return True
         if fast.progress() is Progress.SUCCESS and fast.fast_path_impossible():
             self.fast_path = False
             self.host.on_fast_path(False)
             oks = [self.preaccepts[n] for n in sorted(self.preaccepts)]
-            if any(r.rejected for r in oks):
-                self._invalidate()
-                return True
             execute_at = self.txn_id
             for r in oks:
                 execute_at = merge_max(execute_at, r.witnessed_at)
@@ -547,9 +576,12 @@ class TransactionCoordinator:
 
     def _invalidate(self) -> None:
         self.quorum = QuorumTracker(self.shards)
+        route = self.route
+        if route is None and self.invalidation_key is not None:
+            route = Route(self.invalidation_key, (self.invalidation_key,))
         self._broadcast(
             Phase.ACCEPT_INVALIDATE,
-            AcceptInvalidate(self.cid, self.txn_id, self.ballot),
+            AcceptInvalidate(self.cid, self.txn_id, self.ballot, route),
             self.nodes,
         )
 

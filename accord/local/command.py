@@ -42,6 +42,7 @@ class CommandSnapshot(NamedTuple):
     writes: tuple[WriteOp, ...] | None
     result: TxnResult | None
     fast_vote: bool
+    key_hint: Key | None
 
 
 @dataclass(slots=True, eq=False)
@@ -58,6 +59,9 @@ class Command:
     writes: tuple[WriteOp, ...] | None = None
     result: TxnResult | None = None
     fast_vote: bool = False
+    # For a txn whose definition this replica lacks: a key through which it conflicts or
+    # was proposed for invalidation here, naming the shard to ask about it.
+    key_hint: Key | None = None
     # --- volatile: rebuilt after restart -------------------------------------------------
     waiting_on: dict[TxnId, None] | None = None
     readers: list[tuple[int, int]] = field(default_factory=list)
@@ -68,9 +72,6 @@ class Command:
     durable: bool = False
     last_progress_micros: int = 0
     recovery_attempts: int = 0
-    # For a txn known only as a dependency: a key through which it conflicts, naming the
-    # shard to ask about it.
-    key_hint: Key | None = None
 
     def snapshot(self) -> CommandSnapshot:
         return CommandSnapshot(
@@ -85,6 +86,7 @@ class Command:
             self.writes,
             self.result,
             self.fast_vote,
+            self.key_hint,
         )
 
     @staticmethod

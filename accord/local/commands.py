@@ -69,6 +69,7 @@ class Bugs:
     recovery_ignores_earlier_accepted: bool = False
     forget_promise_on_restart: bool = False
     fast_vote_ignores_conflicts: bool = False
+    witness_any_key: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -212,9 +213,15 @@ class CommandStore:
             return Refused(command.promised, command.status)
         if command.status >= Status.PRE_ACCEPTED:
             if command.status is Status.PRE_ACCEPTED:
-                # A duplicate: answer exactly as the first time so the vote cannot change.
-                assert command.execute_at is not None
-                return PreAccepted(command.execute_at, command.deps, False)
+                # A duplicate: the same witnessedAt, deps and fast vote as the first time.
+                # "Expired" can only have become true since (time moves on), and a replica
+                # that refuses late is as safe as one that refused at once: it only makes
+                # the coordinator invalidate, through a ballot-checked round.
+                witnessed = command.execute_at
+                check_state(witnessed is not None, "pre-accepted %s lacks executeAt", txn_id)
+                assert witnessed is not None  # for the type checker; checked just above
+                expired = self._now() - txn_id.hlc >= self.preaccept_timeout_micros
+                return PreAccepted(witnessed, command.deps, expired and not command.fast_vote)
             return Refused(command.promised, command.status)
         self._define(command, txn, route)
         witnessed, rejected = self._witnessed_at(txn_id, txn, permit_fast_path=True)
@@ -284,13 +291,20 @@ class CommandStore:
         self._persist(command)
         return Accepted(self._deps(txn_id, txn, execute_at))
 
-    def accept_invalidate(self, txn_id: TxnId, ballot: Ballot) -> Ok | Refused:
+    def accept_invalidate(
+        self, txn_id: TxnId, ballot: Ballot, route: Route | None = None
+    ) -> Ok | Refused:
         command = self.command(txn_id)
         if command.promised > ballot or command.status.is_decided:
             return Refused(command.promised, command.status)
         command.promised = ballot
         command.accepted = ballot
         command.status = Status.ACCEPTED_INVALIDATE
+        if command.txn is None and command.key_hint is None and route is not None:
+            # Durable with the proposal: if the CommitInvalidate is lost, the progress log
+            # asks this key's shard (which we are part of) for the decision.
+            owned = self.owned_keys(route.keys)
+            command.key_hint = owned[0] if owned else None
         self._persist(command)
         return Ok()
 
@@ -475,7 +489,14 @@ class CommandStore:
                     status = other.status
                     if status < Status.ACCEPTED or status is Status.ACCEPTED_INVALIDATE:
                         continue
-                    witnessed = other.deps.contains(txn_id)
+                    # Witnessed on *this* key: the fast-path argument is per key, and a
+                    # replica holds the full deps of a multi-shard txn, so our id under
+                    # another shard's key says nothing about this shard's fast quorum.
+                    witnessed = (
+                        other.deps.contains(txn_id)
+                        if self.bugs.witness_any_key
+                        else txn_id in other.deps.for_key(key)
+                    )
                     assert other.execute_at is not None
                     executes_after = other.execute_at > txn_id
                     if other_id > txn_id:

@@ -80,10 +80,19 @@ class AcceptOk:
 
 @dataclass(frozen=True, slots=True)
 class AcceptInvalidate:
+    """Propose to invalidate ``txn_id``.
+
+    ``route`` names keys of the txn (the whole route, or only the key a route-less
+    invalidation goes through) so that a replica which never saw the txn can still chase
+    the decision later through a shard it owns: without it, a lost CommitInvalidate
+    would leave that replica holding an undecided proposal forever.
+    """
+
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
     ballot: Ballot
+    route: Route | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -408,6 +408,7 @@ _BY_TYPE: Final[Mapping[object, _Codec[Any]]] = {
     Txn | None: _optional(_TXN),
     Route: _ROUTE,
     Route | None: _optional(_ROUTE),
+    Key | None: _optional(_KEY),
     Deps: _DEPS,
     tuple[WriteOp, ...]: _WRITE_OPS,
     tuple[WriteOp, ...] | None: _optional(_WRITE_OPS),

@@ -13,6 +13,7 @@ from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Envelope, Message
 from accord.primitives import Key, Timestamp, TxnId, Value
+from accord.topology import Topology
 
 
 class ManualClock:
@@ -25,10 +26,14 @@ class ManualClock:
 
 @dataclass
 class Net:
-    """Nodes 1..n over one shard; in-flight messages wait in ``inflight`` until delivered."""
+    """Nodes 1..n over one shard (or over ``topology``); in-flight messages wait in
+    ``inflight`` until delivered."""
 
     size: int = 3
     bugs: Bugs = NO_BUGS
+    topology: Topology | None = None
+    # The progress log stays quiet unless a test wants it (recovery then starts by itself).
+    recover_delay_micros: int = 10**12
     clock: ManualClock = field(default_factory=ManualClock)
     nodes: dict[int, Node] = field(default_factory=dict)
     journals: dict[int, list[JournalRecord]] = field(default_factory=dict)
@@ -37,14 +42,19 @@ class Net:
     replies: list[ClientReply] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.topology = ring_topology(list(range(1, self.size + 1)), self.size)
+        if self.topology is None:
+            self.topology = ring_topology(list(range(1, self.size + 1)), self.size)
         for node_id in self.topology.nodes():
             self.journals[node_id] = []
             self.data[node_id] = {}
             self.start(node_id)
 
     def start(self, node_id: int) -> None:
-        config = NodeConfig(recover_delay_micros=10**12, recover_delay_other_micros=10**12)
+        config = NodeConfig(
+            recover_delay_micros=self.recover_delay_micros,
+            recover_delay_other_micros=self.recover_delay_micros,
+        )
+        assert self.topology is not None
         self.nodes[node_id] = Node(
             node_id,
             self.topology,
@@ -68,6 +78,8 @@ class Net:
             self.journals[node_id].extend(ready.persist)
             self.inflight.extend(ready.messages)
             self.replies.extend(ready.replies)
+            # Data work finishes after advance(): what it sends belongs to the next round.
+            node.advance(ready)
             for read in ready.reads:
                 cells = self.data[node_id]
                 node.read_done(
@@ -79,7 +91,6 @@ class Net:
                     if op.key not in cells or cells[op.key][0] < write.execute_at:
                         cells[op.key] = (write.execute_at, None if op.delete else op.value)
                 node.write_done(write.txn_id)
-            node.advance(ready)
 
     def take(self, match: Callable[[Envelope], bool]) -> list[Envelope]:
         taken = [e for e in self.inflight if match(e)]

@@ -17,7 +17,7 @@ from accord.messages import (
     PreAcceptOk,
     RecoverOk,
 )
-from accord.primitives import BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
 from tests.scenarios.harness import Net, of_type
 
 A, B = sim_key("a"), sim_key("b")
@@ -201,3 +201,28 @@ def test_txn_ids_are_never_reused_after_restart_with_a_clock_behind() -> None:
     after = net.nodes[1].submit(9, append(9))
     assert after > max(issued)
     assert net.floors(1), "a floor was persisted before the ids were used"
+
+
+def test_a_stale_preaccept_nack_does_not_abort_the_accept_round() -> None:
+    # Recovery issue, bug 2: only a higher ballot preempts a coordinator.
+    net = Net()
+    txn_id = net.nodes[1].submit(1, append(1))
+    net.flush(1)
+    late = net.take(of_type(PreAccept, dest=3))
+    net.deliver(of_type(PreAccept, dest=2))
+    net.deliver(of_type(PreAcceptOk, src=2))
+    net.tick(250_000)  # node 3 is silent: the fast path times out, Accept goes out
+    net.drop(of_type(PreAccept, dest=3))  # the retry of the PreAccept
+    net.deliver(of_type(Accept, dest=3))
+    # The first PreAccept reaches node 3 only now: refused (already accepted, no promise).
+    net.inflight.extend(late)
+    net.deliver(of_type(PreAccept, dest=3))
+    nacks = net.take(of_type(Nack, src=3, dest=1))
+    assert len(nacks) == 1 and nacks[0].body.promised == BALLOT_ZERO
+    net.nodes[1].step(nacks[0])  # the stale Nack arrives before the AcceptOks
+    net.flush(1)
+    net.settle()
+    assert [r.outcome for r in net.replies] == ["ok"]
+    for node_id in (1, 2, 3):
+        snapshot = net.snapshot(node_id, txn_id)
+        assert snapshot is not None and snapshot.status is Status.APPLIED

@@ -52,6 +52,7 @@ def snapshot(
         writes=None,
         result=None,
         fast_vote=True,
+        key_hint=None,
     )
 
 

@@ -203,7 +203,9 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
             execute_at=ts,
             deps=deps(),
         ),
-        AcceptInvalidate: st.builds(AcceptInvalidate, **common, ballot=ts),
+        AcceptInvalidate: st.builds(
+            AcceptInvalidate, **common, ballot=ts, route=st.none() | routes()
+        ),
         Commit: st.builds(
             Commit,
             **common,
@@ -286,6 +288,7 @@ command_snapshots: SearchStrategy[CommandSnapshot] = st.builds(
     writes=st.none() | _tuples(write_ops),
     result=st.none() | txn_results,
     fast_vote=st.booleans(),
+    key_hint=st.none() | keys(),
 )
 hlc_floors: SearchStrategy[HlcFloor] = st.builds(HlcFloor, int64s)
 journal_records: SearchStrategy[CommandSnapshot | HlcFloor] = st.one_of(
