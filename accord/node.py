@@ -154,7 +154,6 @@ class Node:
         self.store.persisted.clear()
         self._ready = Ready()
         self._local: deque[Message] = deque()
-        self._next_cid = 1
         self._coordinators: dict[int, TransactionCoordinator] = {}
         self._coordinating: dict[TxnId, int] = {}
         self._clients: dict[TxnId, _ClientRequest] = {}
@@ -230,7 +229,7 @@ class Node:
             self._handle(src, body)
         else:
             coordinator = self._coordinators.get(body.cid)
-            if coordinator is not None:
+            if coordinator is not None and coordinator.txn_id == body.txn_id:
                 coordinator.on_reply(src, body)
 
     def tick(self) -> None:
@@ -426,8 +425,10 @@ class Node:
     def _new_coordinator(
         self, txn_id: TxnId, txn: Txn | None, route: Route | None, ballot: Ballot | None = None
     ) -> TransactionCoordinator:
-        cid = self._next_cid
-        self._next_cid += 1
+        # Coordination ids come from the HLC, whose floor is journaled, so a restarted node
+        # never reuses one: a late reply to the previous incarnation's coordinator (another
+        # txn, or this txn under an older ballot) must never count for a new one.
+        cid = self._mint(None).hlc
         coordinator = TransactionCoordinator(
             self, cid, txn_id, txn, route, ballot=ballot or Timestamp(0, 0, 0, 0)
         )

@@ -17,7 +17,18 @@ from accord.messages import (
     PreAcceptOk,
     RecoverOk,
 )
-from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from accord.primitives import (
+    BALLOT_ZERO,
+    EMPTY_DEPS,
+    BinOp,
+    Const,
+    Put,
+    ReadOf,
+    Status,
+    Txn,
+    Update,
+    sim_key,
+)
 from tests.scenarios.harness import Net, of_type
 
 A, B = sim_key("a"), sim_key("b")
@@ -226,3 +237,35 @@ def test_a_stale_preaccept_nack_does_not_abort_the_accept_round() -> None:
     for node_id in (1, 2, 3):
         snapshot = net.snapshot(node_id, txn_id)
         assert snapshot is not None and snapshot.status is Status.APPLIED
+
+
+def test_a_restarted_node_never_reuses_a_coordination_id() -> None:
+    # Found by the burn test's racing profile: coordination ids restarted at 1 after a
+    # crash, so a late RecoverOk for another txn (recorded as Applied) reached a new
+    # recovery coordinator with the same id, which then persisted that txn's outcome.
+    net = Net()
+    net.nodes[1].submit(1, append(1))
+    net.flush(1)
+    before = {e.body.cid for e in net.take(of_type(PreAccept, src=1))}
+    net.restart(1)
+    net.nodes[1].submit(2, append(2))
+    net.flush(1)
+    after = {e.body.cid for e in net.take(of_type(PreAccept, src=1))}
+    assert before and after and min(after) > max(before)
+
+
+def test_a_reply_for_another_txn_is_not_counted() -> None:
+    net = Net()
+    txn_id = net.nodes[1].submit(1, append(1))
+    net.flush(1)
+    (request,) = net.take(of_type(PreAccept, dest=2))
+    net.drop(of_type(PreAccept))
+    other = txn_id._replace(hlc=txn_id.hlc - 1)
+    from accord.messages import Envelope
+
+    forged = PreAcceptOk(request.body.cid, other, other, EMPTY_DEPS, False)
+    net.nodes[1].step(Envelope(2, 1, forged))
+    net.nodes[1].step(Envelope(3, 1, forged))
+    net.flush(1)
+    coordinator = net.nodes[1]._coordinators[request.body.cid]
+    assert set(coordinator.preaccepts) == {1}  # only its own replica's answer
