@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from accord.api import ClientReply
-from accord.invariants import InvariantViolation
+from accord.invariants import ConfigurationError, InvariantViolation
 from accord.local.commands import NO_BUGS, Bugs
 from accord.node import NodeConfig
 from accord.primitives import (
@@ -38,7 +38,7 @@ from accord.primitives import (
 from accord.sim.cluster import Cluster, Faults
 from accord.sim.history import HistoryRecorder, MicroOp
 from accord.sim.verify import Verdict, check_bank, check_list_append
-from accord.topology import ring_topology
+from accord.topology import Topology, ring_topology
 
 CLIENT_TIMEOUT_MICROS = 15_000_000
 BANK_INITIAL_BALANCE = 100
@@ -59,6 +59,14 @@ class BurnConfig:
     bugs: Bugs = NO_BUGS
     # Small values make recovery coordinators race the original ones: a stress mode.
     recover_delay_micros: int | None = None
+    # Per flush that sends PreAccepts, with the coordinator_crashes fault on.
+    coordinator_crash_chance: float = 0.03
+    # Per message while faults last: a delay of 20-400 ms instead of 0.5-5 ms.
+    long_delay_chance: float = 0.02
+    # The nemesis acts every [min, max) microseconds; a crashed node stays down for
+    # [min, max). Short values crash nodes between a promise and the next message.
+    nemesis_interval_micros: tuple[int, int] = (300_000, 1_200_000)
+    down_micros: tuple[int, int] = (100_000, 2_000_000)
     liveness_micros: int = 120_000_000
     safety_deadline_micros: int = 600_000_000
 
@@ -67,6 +75,27 @@ class BurnConfig:
             raise ValueError(f"unknown workload {self.workload!r}: choose list-append or bank")
         if self.txns < 1 or self.clients < 1 or self.keys < 2:
             raise ValueError("txns and clients must be >= 1 and keys >= 2")
+        if self.shards_per_node < 1:
+            raise ValueError("shards_per_node must be >= 1")
+        for name in ("coordinator_crash_chance", "long_delay_chance"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1]")
+        for name in ("nemesis_interval_micros", "down_micros"):
+            low, high = getattr(self, name)
+            if not 0 < low < high:
+                raise ValueError(f"{name} must be a range 0 < min < max")
+        try:
+            self.topology()
+        except ConfigurationError as error:
+            raise ValueError(str(error)) from None
+
+    def topology(self) -> Topology:
+        return ring_topology(
+            list(range(1, self.nodes + 1)),
+            self.rf,
+            shards_per_node=self.shards_per_node,
+            electorate_size=self.electorate,
+        )
 
 
 @dataclass(slots=True)
@@ -267,14 +296,18 @@ def _unknown_value(mop: MicroOp) -> object:
 class _Nemesis:
     """Injects faults on a random schedule while the safety phase lasts."""
 
-    def __init__(self, cluster: Cluster, faults: Faults, rng: random.Random, max_down: int) -> None:
+    def __init__(
+        self, cluster: Cluster, config: BurnConfig, rng: random.Random, max_down: int
+    ) -> None:
         self.cluster = cluster
-        self.faults = faults
+        self.faults = config.faults
+        self.interval = config.nemesis_interval_micros
+        self.down = config.down_micros
         self.rng = rng
         self.max_down = max_down
 
     def arm(self) -> None:
-        self.cluster.schedule_call(self.rng.randrange(300_000, 1_200_000), self.act)
+        self.cluster.schedule_call(self.rng.randrange(*self.interval), self.act)
 
     def act(self) -> None:
         cluster = self.cluster
@@ -282,6 +315,12 @@ class _Nemesis:
             return
         roll = self.rng.random()
         nodes = sorted(cluster.slots)
+        if self.faults.slow_links and self.rng.random() < 0.5:
+            # Slow nodes (a pause, a full disk) more than slow wires: every link out of one
+            # to three nodes, so that coordinators decide without their late replies.
+            slow_nodes = self.rng.sample(nodes, self.rng.randint(1, min(3, len(nodes) - 1)))
+            links = {(a, b) for a in slow_nodes for b in nodes if a != b}
+            cluster.slow_down(links, for_micros=self.rng.randrange(200_000, 1_500_000))
         if self.faults.partitions and roll < 0.45:
             cluster.partition(
                 self._partition(nodes), heal_after_micros=self.rng.randrange(200_000, 2_500_000)
@@ -290,7 +329,7 @@ class _Nemesis:
             down = len(nodes) - len(cluster.live_nodes())
             if down < self.max_down:
                 victim = self.rng.choice(cluster.live_nodes())
-                cluster.crash(victim, down_micros=self.rng.randrange(100_000, 2_000_000))
+                cluster.crash(victim, down_micros=self.rng.randrange(*self.down))
         self.arm()
 
     def _partition(self, nodes: list[int]) -> set[tuple[int, int]]:
@@ -323,12 +362,7 @@ def run_seed(seed: int, config: BurnConfig) -> RunResult:
 
 def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
     rng = random.Random(seed ^ 0x5EED)
-    topology = ring_topology(
-        list(range(1, config.nodes + 1)),
-        config.rf,
-        shards_per_node=config.shards_per_node,
-        electorate_size=config.electorate,
-    )
+    topology = config.topology()
     recorder = HistoryRecorder()
     workload = _Workload(config, rng)
     pending: dict[int, _Pending] = {}
@@ -347,6 +381,7 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
             recover_delay_micros=config.recover_delay_micros,
             recover_delay_other_micros=3 * config.recover_delay_micros,
         )
+    max_down = max(1, (config.rf - 1) // 2)
     cluster = Cluster(
         topology,
         seed,
@@ -354,6 +389,10 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
         config=node_config,
         bugs=config.bugs,
         on_reply=on_reply,
+        max_down=max_down,
+        coordinator_crash_chance=config.coordinator_crash_chance,
+        down_micros=config.down_micros,
+        long_delay_chance=config.long_delay_chance,
     )
     if config.workload == "bank":
         cluster.preload(dict.fromkeys(workload.keys.values(), (BANK_INITIAL_BALANCE, 0)))
@@ -410,8 +449,7 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
     for client in range(config.clients):
         cluster.schedule_call(rng.randrange(0, 5_000), starter(client))
     if config.faults.any():
-        max_down = max(1, (config.rf - 1) // 2)
-        _Nemesis(cluster, config.faults, rng, max_down).arm()
+        _Nemesis(cluster, config, rng, max_down).arm()
 
     try:
         cluster.run_until(

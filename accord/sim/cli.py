@@ -8,10 +8,12 @@ the liveness phase and every key's replicas agree; each failing seed is printed 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 
+from accord.local.commands import Bugs
 from accord.sim.burn import BurnConfig, RunResult, run_seed
 from accord.sim.cluster import Faults
 
@@ -31,7 +33,38 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--faults",
         default="all",
-        help="all, none, or a comma list of drops,duplicates,partitions,crashes,skew",
+        help="all, none, or a comma list of " + ",".join(Faults.NAMES),
+    )
+    parser.add_argument(
+        "--shards-per-node",
+        type=int,
+        default=1,
+        help="token ranges per node; with more nodes than --rf, txns span shards",
+    )
+    parser.add_argument(
+        "--recover-delay-ms",
+        type=float,
+        default=None,
+        help="progress-log recovery delay (small values race recovery against coordinators)",
+    )
+    parser.add_argument(
+        "--coordinator-crash-chance",
+        type=float,
+        default=0.03,
+        help="chance that a coordinator crashes after sending only some PreAccepts",
+    )
+    parser.add_argument(
+        "--long-delay-chance",
+        type=float,
+        default=0.02,
+        help="chance that a message takes 20-400 ms instead of 0.5-5 ms",
+    )
+    parser.add_argument(
+        "--bug",
+        action="append",
+        default=[],
+        choices=sorted(f.name for f in dataclasses.fields(Bugs)),
+        help="plant a deliberately broken protocol variant (to see the burn test catch it)",
     )
     parser.add_argument(
         "--reorder-buffer-ms", type=float, default=0.0, help="reorder buffer delta (0 = off)"
@@ -72,6 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             faults=Faults.parse(args.faults),
             reorder_buffer_micros=int(args.reorder_buffer_ms * 1000),
             electorate=args.electorate,
+            shards_per_node=args.shards_per_node,
+            recover_delay_micros=(
+                None if args.recover_delay_ms is None else int(args.recover_delay_ms * 1000)
+            ),
+            coordinator_crash_chance=args.coordinator_crash_chance,
+            long_delay_chance=args.long_delay_chance,
+            bugs=Bugs(**dict.fromkeys(args.bug, True)),
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

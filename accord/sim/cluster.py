@@ -8,7 +8,11 @@ runs of one seed can be compared (reconcile mode).
 Faults: per-link latency with occasional long delays (which reorder messages), drops,
 duplicates, symmetric and asymmetric partitions, crash and restart from the journal
 (state not yet handed to the journal is lost; the data store, standing in for Cassandra,
-survives), and per-node clock offset and drift.
+survives), coordinators that crash half-way through sending their PreAccepts (so a
+transaction is known to only some replicas of some shards, the start of every recovery
+race), slow links (some directed links take 150-600 ms for a while: replies that arrive
+after a coordinator has decided without them, the race that recovery evidence must
+survive), and per-node clock offset and drift.
 """
 
 from __future__ import annotations
@@ -23,16 +27,17 @@ from accord.api import ClientReply, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
-from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope
+from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
+from accord.sim.oracle import Oracle
 from accord.topology import Topology
 
 TICK_MICROS = 10_000
 _TYPE_CODES = {
     t: i for i, t in enumerate(sorted((*REQUEST_TYPES, *REPLY_TYPES), key=lambda t: t.__name__))
 }
-_EVENT_CODES = {"crash": 1, "restart": 2, "partition": 3}
+_EVENT_CODES = {"crash": 1, "restart": 2, "partition": 3, "slow": 4}
 DATA_OP_MICROS = 50
 
 
@@ -43,10 +48,22 @@ class Faults:
     partitions: bool = False
     crashes: bool = False
     skew: bool = False
+    coordinator_crashes: bool = False
+    slow_links: bool = False
+
+    NAMES = (
+        "drops",
+        "duplicates",
+        "partitions",
+        "crashes",
+        "skew",
+        "coordinator_crashes",
+        "slow_links",
+    )
 
     @staticmethod
     def parse(spec: str) -> Faults:
-        names = {"drops", "duplicates", "partitions", "crashes", "skew"}
+        names = set(Faults.NAMES)
         if spec == "none":
             return Faults()
         if spec == "all":
@@ -61,7 +78,7 @@ class Faults:
         return Faults(**dict.fromkeys(chosen, True))
 
     def any(self) -> bool:
-        return self.drops or self.duplicates or self.partitions or self.crashes or self.skew
+        return any(getattr(self, name) for name in Faults.NAMES)
 
 
 class SimClock:
@@ -131,8 +148,17 @@ class Cluster:
         config: NodeConfig | None = None,
         bugs: Bugs = NO_BUGS,
         on_reply: ReplyHandler | None = None,
+        max_down: int = 1,
+        coordinator_crash_chance: float = 0.03,
+        long_delay_chance: float = 0.02,
+        down_micros: tuple[int, int] = (100_000, 2_000_000),
     ) -> None:
         self.topology = topology
+        # Crashes of any kind keep at most this many nodes down at once.
+        self.max_down = max_down
+        self.coordinator_crash_chance = coordinator_crash_chance
+        self.long_delay_chance = long_delay_chance
+        self.down_micros = down_micros
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = faults
@@ -144,11 +170,13 @@ class Cluster:
         self._queue: list[tuple[int, int, str, Any]] = []
         self.network = NetworkStats()
         self.blocked: set[tuple[int, int]] = set()
+        self.slow: set[tuple[int, int]] = set()
         self.stores: dict[int, SimDataStore] = {}
         self.slots: dict[int, _NodeSlot] = {}
         self._trace = 0
         self.faults_active = faults.any()
         self.retired = NodeStats()
+        self.oracle = Oracle(topology, self._applied_everywhere)
         for node_id in topology.nodes():
             offset, drift = 0, 0
             if faults.skew:
@@ -200,6 +228,8 @@ class Cluster:
             self.restart(payload)
         elif kind == "heal":
             self.blocked.discard(payload)
+        elif kind == "speed-up":
+            self.slow.discard(payload)
 
     # ------------------------------------------------------------------ node lifecycle
 
@@ -284,7 +314,9 @@ class Cluster:
         if node is None or not node.has_ready():
             return
         ready = node.ready()
-        self._persist(slot, ready)
+        self._persist(node_id, slot, ready)
+        if self._crash_mid_preaccept(node_id, ready):
+            return
         for envelope in ready.messages:
             self._send(envelope)
         for reply in ready.replies:
@@ -296,33 +328,69 @@ class Cluster:
             self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
         node.advance(ready)
 
-    @staticmethod
-    def _persist(slot: _NodeSlot, ready: Ready) -> None:
+    def _crash_mid_preaccept(self, node_id: int, ready: Ready) -> bool:
+        """Maybe crash ``node_id`` after it sent only some of the PreAccepts in ``ready``.
+
+        What it journaled survives and its own replica already pre-accepted (a node
+        answers itself without the network); everything else in ``ready`` is lost.
+        """
+        if not (self.faults_active and self.faults.coordinator_crashes):
+            return False
+        preaccepts = [e for e in ready.messages if isinstance(e.body, PreAccept)]
+        if not preaccepts or self.rng.random() >= self.coordinator_crash_chance:
+            return False
+        if len(self.slots) - len(self.live_nodes()) >= self.max_down:
+            return False
+        kept = self.rng.sample(preaccepts, self.rng.randrange(len(preaccepts)))
+        for envelope in kept:
+            self._send(envelope)
+        self.crash(node_id, down_micros=self.rng.randrange(*self.down_micros))
+        return True
+
+    def _persist(self, node_id: int, slot: _NodeSlot, ready: Ready) -> None:
         for record in ready.persist:
             if isinstance(record, HlcFloor):
                 slot.hlc_floor = max(slot.hlc_floor, record.value)
             else:
                 slot.journal[record.txn_id] = record
+                self.oracle.on_persist(node_id, record)
 
     def _data_done(self, node_id: int, incarnation: int, op: DataRead | DataWrite) -> None:
         slot = self.slots[node_id]
         store = self.stores[node_id]
         if isinstance(op, DataWrite):
             # The write reaches the store even if the node crashed meanwhile: it was issued.
+            self.oracle.on_data(node_id, op)
             store.write(op.writes, op.execute_at)
         if slot.node is None or slot.incarnation != incarnation:
             return
         if isinstance(op, DataRead):
+            self.oracle.on_data(node_id, op)
             slot.node.read_done(op.txn_id, store.read(op.keys))
         else:
             slot.node.write_done(op.txn_id)
         self._flush(node_id)
 
+    def _applied_everywhere(self, txn_id: TxnId, key: Key) -> bool:
+        for node_id in self.topology.shard_for(key).replicas:
+            slot = self.slots[node_id]
+            if slot.node is not None:
+                command = slot.node.store.commands.get(txn_id)
+                status = None if command is None else command.status
+            else:
+                snapshot = slot.journal.get(txn_id)
+                status = None if snapshot is None else snapshot.status
+            if status is not Status.APPLIED:
+                return False
+        return True
+
     # ------------------------------------------------------------------ network
 
-    def _latency(self) -> int:
+    def _latency(self, link: tuple[int, int]) -> int:
+        if link in self.slow:
+            return self.rng.randrange(150_000, 600_000)
         roll = self.rng.random()
-        if self.faults_active and roll < 0.02:
+        if self.faults_active and roll < self.long_delay_chance:
             return self.rng.randrange(20_000, 400_000)
         return self.rng.randrange(500, 5_000)
 
@@ -331,14 +399,15 @@ class Cluster:
         if envelope.src == envelope.dest:
             self._schedule(0, "deliver", envelope)
             return
+        link = (envelope.src, envelope.dest)
         if self.faults_active:
             if self.faults.drops and self.rng.random() < 0.02:
                 self.network.dropped += 1
                 return
             if self.faults.duplicates and self.rng.random() < 0.01:
                 self.network.duplicated += 1
-                self._schedule(self._latency(), "deliver", envelope)
-        self._schedule(self._latency(), "deliver", envelope)
+                self._schedule(self._latency(link), "deliver", envelope)
+        self._schedule(self._latency(link), "deliver", envelope)
 
     def _deliver(self, envelope: Envelope) -> None:
         if (envelope.src, envelope.dest) in self.blocked:
@@ -371,8 +440,15 @@ class Cluster:
             self._schedule(heal_after_micros, "heal", link)
         self._note("partition", len(blocked))
 
+    def slow_down(self, links: set[tuple[int, int]], *, for_micros: int) -> None:
+        for link in sorted(links):
+            self.slow.add(link)
+            self._schedule(for_micros, "speed-up", link)
+        self._note("slow", len(links))
+
     def heal(self) -> None:
         self.blocked.clear()
+        self.slow.clear()
         self.faults_active = False
         for node_id in sorted(self.slots):
             self.restart(node_id)

@@ -1,0 +1,156 @@
+"""Omniscient checks of what the protocol must guarantee, whether or not a client sees it.
+
+The history checker judges what clients observed; a lost write that nobody read again is
+invisible to it. These oracles watch every replica instead:
+
+- **Execution order** (per replica, per key): conflicting work happens in executeAt order.
+  A write that lands below a read or write already done at a later executeAt, or a read
+  after a later write, means some transaction executed without waiting for one that had
+  to come first.
+- **Dependencies** (Accord's central invariant): if conflicting transactions A and B are
+  both committed on a key and A executes first, every replica of that key that makes B
+  stable holds A among B's deps for that key -- otherwise B may execute without waiting
+  for A. The only exemption is an A already applied by every replica of the key (it was
+  pruned from the indexes, and nothing is left to wait for). Recovery that trusts evidence
+  it should not (a witness under another shard's key, a forgotten promise, an ignored
+  earlier proposal) breaks this at the moment the bad decision commits, long before any
+  read could show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from accord.invariants import check_state
+from accord.local.command import CommandSnapshot
+from accord.local.effects import DataRead, DataWrite
+from accord.primitives import TIMESTAMP_MIN, Deps, Key, Status, Timestamp, TxnId
+from accord.topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    execute_at: Timestamp
+    keys: tuple[Key, ...]
+
+
+class Oracle:
+    """Fed every journaled snapshot and every data operation of a simulated cluster."""
+
+    def __init__(
+        self, topology: Topology, applied_everywhere: Callable[[TxnId, Key], bool]
+    ) -> None:
+        self.topology = topology
+        self._applied_everywhere = applied_everywhere
+        # (node, key) -> [highest executeAt read, highest executeAt written]
+        self._executed: dict[tuple[int, Key], list[Timestamp]] = {}
+        self._decided: dict[TxnId, _Decided] = {}
+        self._decided_by_key: dict[Key, list[TxnId]] = {}
+        # (node, key) -> txn -> (executeAt, deps) as made stable on that node
+        self._stable: dict[tuple[int, Key], dict[TxnId, tuple[Timestamp, Deps]]] = {}
+
+    # ------------------------------------------------------------------ execution order
+
+    def on_data(self, node_id: int, op: DataRead | DataWrite) -> None:
+        at = op.execute_at
+        if isinstance(op, DataRead):
+            for key in op.keys:
+                marks = self._marks(node_id, key)
+                check_state(
+                    marks[1] <= at,
+                    "node %d read %s for %s at %s after a write at %s",
+                    node_id,
+                    key,
+                    op.txn_id,
+                    at,
+                    marks[1],
+                )
+                if at > marks[0]:
+                    marks[0] = at
+            return
+        for write in op.writes:
+            marks = self._marks(node_id, write.key)
+            check_state(
+                marks[0] <= at and marks[1] <= at,
+                "node %d wrote %s for %s at %s after a read at %s or a write at %s",
+                node_id,
+                write.key,
+                op.txn_id,
+                at,
+                marks[0],
+                marks[1],
+            )
+            if at > marks[1]:
+                marks[1] = at
+
+    def _marks(self, node_id: int, key: Key) -> list[Timestamp]:
+        marks = self._executed.get((node_id, key))
+        if marks is None:
+            marks = self._executed[(node_id, key)] = [TIMESTAMP_MIN, TIMESTAMP_MIN]
+        return marks
+
+    # ------------------------------------------------------------------ dependencies
+
+    def on_persist(self, node_id: int, snapshot: CommandSnapshot) -> None:
+        status = snapshot.status
+        if not status.is_decided or status is Status.INVALIDATED:
+            return
+        txn_id, at, txn = snapshot.txn_id, snapshot.execute_at, snapshot.txn
+        if at is None or txn is None:
+            return
+        if txn_id not in self._decided:
+            self._decided[txn_id] = _Decided(at, txn.keys)
+            for key in txn.keys:
+                self._decided_by_key.setdefault(key, []).append(txn_id)
+                self._check_as_earlier(txn_id, at, key)
+        if status >= Status.STABLE:
+            for key in txn.keys:
+                if not self.topology.owns(node_id, key):
+                    continue
+                stable = self._stable.setdefault((node_id, key), {})
+                if txn_id not in stable:
+                    stable[txn_id] = (at, snapshot.deps)
+                    self._check_as_later(node_id, txn_id, at, snapshot.deps, key)
+
+    def _check_as_later(
+        self, node_id: int, txn_id: TxnId, at: Timestamp, deps: Deps, key: Key
+    ) -> None:
+        waits_for = deps.for_key(key)
+        for other in self._decided_by_key.get(key, ()):
+            if other == txn_id or not other.kind.conflicts_with(txn_id.kind):
+                continue
+            if self._decided[other].execute_at < at:
+                self._require(node_id, key, earlier=other, later=txn_id, waits_for=waits_for)
+
+    def _check_as_earlier(self, txn_id: TxnId, at: Timestamp, key: Key) -> None:
+        for node_id in self.topology.shard_for(key).replicas:
+            for other, (other_at, deps) in self._stable.get((node_id, key), {}).items():
+                if other != txn_id and at < other_at and other.kind.conflicts_with(txn_id.kind):
+                    self._require(
+                        node_id, key, earlier=txn_id, later=other, waits_for=deps.for_key(key)
+                    )
+
+    def _require(
+        self,
+        node_id: int,
+        key: Key,
+        *,
+        earlier: TxnId,
+        later: TxnId,
+        waits_for: tuple[TxnId, ...],
+    ) -> None:
+        if earlier in waits_for or self._applied_everywhere(earlier, key):
+            return
+        check_state(
+            False,
+            "node %d: %s (executeAt %s) is stable without %s (executeAt %s) in its deps "
+            "for %s, though both are committed and %s executes first",
+            node_id,
+            later,
+            self._decided[later].execute_at if later in self._decided else "?",
+            earlier,
+            self._decided[earlier].execute_at,
+            key,
+            earlier,
+        )
