@@ -32,6 +32,7 @@ from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import to_txn
 from accord_cassandra.transport import CODEC_VERSION
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
+from tests.certs import make_ca, make_cert
 from tests.sidecar.conftest import EMBEDDED_TABLES, TOKEN, _stop
 
 CATALOG = Catalog.from_mapping(EMBEDDED_TABLES)
@@ -250,69 +251,6 @@ def test_the_previous_key_is_accepted_during_rotation(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- mutual TLS
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def make_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    key, cert = directory / f"{name}.key", directory / f"{name}.crt"
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(cert),
-        "-days",
-        "2",
-        "-subj",
-        f"/CN={name}",
-    )
-    return key, cert
-
-
-def make_cert(
-    directory: Path, ca: tuple[Path, Path], name: str, identity: str | None = None
-) -> tuple[Path, Path]:
-    identity = identity or name
-    key, csr, cert = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
-    extensions = directory / f"{name}.ext"
-    extensions.write_text(f"subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:{identity}\n")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        f"/CN={identity}",
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca[1]),
-        "-CAkey",
-        str(ca[0]),
-        "-CAcreateserial",
-        "-out",
-        str(cert),
-        "-days",
-        "2",
-        "-extfile",
-        str(extensions),
-    )
-    return key, cert
 
 
 @pytest.fixture(scope="module")
