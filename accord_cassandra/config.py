@@ -191,6 +191,8 @@ class SidecarConfig(BaseSettings):
                     "peer_auth: mtls needs peer_listen: a peer port of its own, so that "
                     "application clients need no client certificate"
                 )
+        if self.peer_tls is not None and self.peer_listen is None:
+            raise ValueError("peer_tls is the TLS of the peer port: it needs peer_listen")
         if self.peer_listen is not None:
             if self.peer_listen == self.listen:
                 raise ValueError(f"peer_listen must differ from listen ({self.listen})")

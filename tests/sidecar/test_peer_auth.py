@@ -253,11 +253,9 @@ def test_the_previous_key_is_accepted_during_rotation(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- mutual TLS
 
 
-@pytest.fixture(scope="module")
-def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSidecars, Path]]:
-    """Three sidecars: clients on their plain port, peers on a mutual-TLS port each, every
-    certificate (generated here, never committed) naming accord-node-<id>."""
-    base = tmp_path_factory.mktemp("mtls")
+def peer_port_cluster(base: Path, peer_auth: str) -> tuple[LocalSidecars, Path]:
+    """Three sidecars (not started): clients on their plain port, peers on a TLS port each,
+    every certificate (generated here, never committed) naming accord-node-<id>."""
     certs = base / "certs"
     certs.mkdir()
     ca = make_ca(certs, "test-ca")
@@ -269,13 +267,14 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSideca
         base / "cluster",
         tables=EMBEDDED_TABLES,
         client_token=TOKEN,
-        extra={"drain_seconds": 2, "peer_auth": "mtls"},
+        extra={"drain_seconds": 2, "peer_auth": peer_auth},
     )
     cluster.write_configs()
     peer_addresses = {n: f"127.0.0.1:{free_port()}" for n in cluster.sidecars}
     for node_id, sidecar in cluster.sidecars.items():
         config = yaml.safe_load(sidecar.config_path.read_text())
-        del config["peer_keys"]
+        if peer_auth != "hmac":
+            del config["peer_keys"]
         config["peer_listen"] = peer_addresses[node_id]
         config["peer_addresses"] = peer_addresses
         config["peer_tls"] = {
@@ -284,6 +283,12 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSideca
             "ca": str(ca[1]),
         }
         sidecar.config_path.write_text(yaml.safe_dump(config))
+    return cluster, certs
+
+
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSidecars, Path]]:
+    cluster, certs = peer_port_cluster(tmp_path_factory.mktemp("mtls"), "mtls")
     try:
         cluster.start(timeout=60)
         yield cluster, certs
@@ -370,6 +375,30 @@ def test_mtls_accepts_the_genuine_node_once(mtls: tuple[LocalSidecars, Path]) ->
     assert deliver_tls(address, certs, "accord-node-2", request) == grpc.StatusCode.UNAUTHENTICATED
 
 
+def test_a_tls_peer_port_with_the_shared_secret_needs_no_client_certificate(
+    tmp_path: Path,
+) -> None:
+    """peer_tls with peer_auth: hmac encrypts the peer port; the MAC authenticates."""
+    cluster, certs = peer_port_cluster(tmp_path, "hmac")
+    try:
+        cluster.start(timeout=60)
+        for index, address in enumerate(cluster.addresses()):
+            t = Transaction().update("bank", "accounts", f"tls-hmac-{index}", balance=index)
+            with client(address) as c:
+                assert c.transact(t).applied
+        assert balance_everywhere(cluster, "tls-hmac-2") == [2, 2, 2]
+        seen = write_balance(cluster, "tls-hmac-victim", 100)
+        forged = batch(2, [forged_apply(seen, "tls-hmac-victim", 2, 1)])
+        peer_port = _peer_address(cluster, 1)
+        # Through the TLS handshake without a certificate, then refused for want of a MAC.
+        assert deliver_tls(peer_port, certs, None, forged) == grpc.StatusCode.UNAUTHENTICATED
+        # The peer port speaks TLS only.
+        assert deliver_code(peer_port, forged) == grpc.StatusCode.UNAVAILABLE
+        assert balance_everywhere(cluster, "tls-hmac-victim") == [100, 100, 100]
+    finally:
+        _stop(cluster)
+
+
 # ---------------------------------------------------------------------------- configuration
 
 BASE: dict[str, Any] = {
@@ -435,6 +464,10 @@ def test_peer_listen_is_what_must_be_authenticated() -> None:
                 "peer_tls": {"certificate": "c", "private_key": "k", "ca": "a", "identity": "node"},
             },
             ["identity", "{node_id}"],
+        ),
+        (
+            {"peer_tls": {"certificate": "c", "private_key": "k", "ca": "a"}},
+            ["peer_tls is the TLS of the peer port: it needs peer_listen"],
         ),
         ({"peer_listen": "127.0.0.1:7000"}, ["peer_addresses must give the peer port"]),
         ({"peer_listen": "127.0.0.1:50051"}, ["peer_listen must differ from listen"]),
