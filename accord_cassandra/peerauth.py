@@ -21,7 +21,6 @@ window ago (or that far in the future) is refused, and within the window every
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -64,13 +63,16 @@ class PeerKey:
     secret: bytes
 
 
+_HEADER = struct.Struct(">IIIQQQI")
+_LENGTH = struct.Struct(">I")
+
+
 def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
     """HMAC-SHA256 over the batch's canonical encoding (never protobuf's, which is not)."""
-    mac = hmac.new(secret, DOMAIN, hashlib.sha256)
     key_id = batch.key_id.encode()
-    mac.update(
-        struct.pack(
-            ">IIIQQQI",
+    parts = [
+        DOMAIN,
+        _HEADER.pack(
             batch.codec_version,
             batch.source,
             batch.destination,
@@ -78,14 +80,16 @@ def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
             batch.sequence,
             batch.sent_at_micros,
             len(key_id),
-        )
-    )
-    mac.update(key_id)
-    mac.update(struct.pack(">I", len(batch.payloads)))
+        ),
+        key_id,
+        _LENGTH.pack(len(batch.payloads)),
+    ]
+    pack = _LENGTH.pack
     for payload in batch.payloads:
-        mac.update(struct.pack(">I", len(payload)))
-        mac.update(payload)
-    return mac.digest()
+        parts.append(pack(len(payload)))
+        parts.append(payload)
+    # One call into C over the joined bytes: a third of the cost of an update per field.
+    return hmac.digest(secret, b"".join(parts), "sha256")
 
 
 class BatchStamper:

@@ -10,6 +10,7 @@ no data anywhere, and leave the cluster serving.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -125,6 +126,14 @@ def refused_batches(cluster: LocalSidecars, node_id: int) -> float:
 
 
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own ACCORD_SIDECAR_* variables must not leak into these configs.
+    for name in list(os.environ):
+        if name.startswith("ACCORD_SIDECAR_"):
+            monkeypatch.delenv(name)
 
 
 # ---------------------------------------------------------------------------- shared secret
@@ -433,6 +442,14 @@ def test_peer_listen_is_what_must_be_authenticated() -> None:
     config = load(**BASE, listen="0.0.0.0:50051", peer_auth="hmac", peer_keys=keys)
     assert config.peer_keys is not None and config.peer_keys.current.id == "k1"
     assert "s" * 32 not in repr(config)  # the secret never reaches a log line
+
+
+def test_the_secret_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCORD_SIDECAR_PEER_KEYS__CURRENT__SECRET", "e" * 40)
+    keys = {"current": {"id": "k1"}}
+    config = load(**BASE, listen="0.0.0.0:50051", peer_auth="hmac", peer_keys=keys)
+    assert config.peer_keys is not None
+    assert config.peer_keys.current.secret.get_secret_value() == "e" * 40
 
 
 @pytest.mark.parametrize(
