@@ -98,6 +98,17 @@ class PeerTlsSettings(BaseModel):
     ca: Path
     identity: str = "accord-node-{node_id}"
 
+    @field_validator("certificate", "private_key", "ca")
+    @classmethod
+    def _readable(cls, value: Path) -> Path:
+        # Here, so that a missing file is one line naming the field, not a gRPC traceback.
+        try:
+            with value.open("rb"):
+                pass
+        except OSError as error:
+            raise ValueError(f"cannot read {value}: {error.strerror or error}") from None
+        return value
+
     @field_validator("identity")
     @classmethod
     def _identity(cls, value: str) -> str:

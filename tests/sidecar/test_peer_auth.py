@@ -452,6 +452,10 @@ def test_the_secret_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatc
     assert config.peer_keys.current.secret.get_secret_value() == "e" * 40
 
 
+# Files that exist (their content is only read when the sidecar starts).
+PEM_FILES = {"certificate": __file__, "private_key": __file__, "ca": __file__}
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
@@ -472,19 +476,23 @@ def test_the_secret_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatc
         ),
         ({"peer_auth": "mtls"}, ["peer_auth: mtls needs peer_tls"]),
         (
-            {"peer_auth": "mtls", "peer_tls": {"certificate": "c", "private_key": "k", "ca": "a"}},
+            {"peer_auth": "mtls", "peer_tls": PEM_FILES},
             ["peer_auth: mtls needs peer_listen"],
         ),
         (
             {
                 "peer_auth": "mtls",
-                "peer_tls": {"certificate": "c", "private_key": "k", "ca": "a", "identity": "node"},
+                "peer_tls": {**PEM_FILES, "identity": "node"},
             },
             ["identity", "{node_id}"],
         ),
         (
-            {"peer_tls": {"certificate": "c", "private_key": "k", "ca": "a"}},
+            {"peer_tls": PEM_FILES},
             ["peer_tls is the TLS of the peer port: it needs peer_listen"],
+        ),
+        (
+            {"peer_auth": "mtls", "peer_tls": {**PEM_FILES, "ca": "/nonexistent/ca.pem"}},
+            ["peer_tls.ca", "cannot read /nonexistent/ca.pem", "No such file"],
         ),
         ({"peer_listen": "127.0.0.1:7000"}, ["peer_addresses must give the peer port"]),
         ({"peer_listen": "127.0.0.1:50051"}, ["peer_listen must differ from listen"]),
