@@ -31,7 +31,9 @@ from stacksaga_store.v1 import ring_pb2 as pb
 from tests.certs import make_ca, make_cert
 from tests.stacksaga.conftest import run
 
-LEASE_SECONDS = 2.0
+# Long enough that renewals (every third of it) stay on time on a loaded 2-core machine:
+# the assertions below are about who holds a lease, not about how fast it is renewed.
+LEASE_SECONDS = 6.0
 SECRET = b"coordinator-secret-" + b"0" * 32
 SERVICE = "order-service"
 SESSION = "/stacksaga_store.v1.RingCoordinator/Session"
@@ -110,7 +112,7 @@ async def session_attempt(
     messages: list[bytes],
     metadata: tuple[tuple[str, str], ...] = (),
     credentials: grpc.ChannelCredentials | None = None,
-    seconds: float = 1.0,
+    seconds: float = 10.0,
 ) -> tuple[grpc.StatusCode | None, list[bytes]]:
     """Open a raw Session, send ``messages``, keep it open ``seconds``: the status it ended
     with (None: still open) and every message the coordinator sent on it."""
@@ -178,7 +180,7 @@ def test_impersonation_and_made_up_nodes_are_refused() -> None:
                 assert set(server._sessions) == {"node-a"}
                 assert node_a.connected_to == address
                 # Past a whole lease: node-a renewed the very same lease throughout.
-                await asyncio.sleep(LEASE_SECONDS * 1.5)
+                await asyncio.sleep(LEASE_SECONDS * 1.2)
                 assert same_lease(before, node_a)
                 assert len(node_a.leases_seen) == 1
                 assert leadership.bumps == bumps
@@ -225,7 +227,7 @@ def test_garbage_is_invalid_argument_and_node_ids_are_bounded() -> None:
                     await channel.unary_unary(STATUS)(b"\xff\xff")
                 assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             # Garbage after a good Hello ends that session with INVALID_ARGUMENT too.
-            code, _ = await session_attempt(address, [hello("node-g"), b"\xff\xff"], seconds=5)
+            code, _ = await session_attempt(address, [hello("node-g"), b"\xff\xff"])
             assert code == grpc.StatusCode.INVALID_ARGUMENT
             # A node id over 256 bytes is refused by name; 1 MB never gets that far.
             code, received = await session_attempt(address, [hello("n" * 300)])
