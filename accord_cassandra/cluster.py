@@ -6,6 +6,7 @@ separate OS process, so SIGKILL in tests is a real crash.
 
 from __future__ import annotations
 
+import secrets
 import signal
 import socket
 import subprocess
@@ -119,6 +120,9 @@ class LocalSidecars:
     cassandra: Mapping[str, Any] | None = None
     tables: Mapping[str, Any] = field(default_factory=lambda: BANK_TABLES)
     client_token: str | None = None
+    # Peers authenticate with this shared secret (peer_auth: hmac) unless ``extra`` sets
+    # peer_auth itself; tests sign forged batches with it.
+    peer_secret: str = field(default_factory=lambda: secrets.token_hex(32))
     extra: Mapping[str, Any] = field(default_factory=dict)
     sidecars: dict[int, SidecarProcess] = field(default_factory=dict)
 
@@ -134,6 +138,8 @@ class LocalSidecars:
                 "journal_dir": str(self.directory / f"node{node_id}" / "journal"),
                 "store": self.store,
                 "metrics_listen": f"127.0.0.1:{free_port()}",
+                "peer_auth": "hmac",
+                "peer_keys": {"current": {"id": "local", "secret": self.peer_secret}},
                 **self.extra,
             }
             if self.store == "memory":

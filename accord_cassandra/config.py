@@ -13,6 +13,8 @@ Example::
     store: cassandra
     cassandra: {contact_points: [127.0.0.1], keyspaces: [bank], consistency: QUORUM}
     client_token: change-me
+    peer_auth: hmac                 # or mtls (with peer_listen, peer_tls); see docs/sidecars.md
+    peer_keys: {current: {id: k1, secret: <openssl rand -hex 32>}}
 """
 
 from __future__ import annotations
@@ -21,10 +23,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from accord_cassandra.datastore import MAX_NODE_ID
+from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 
 
 class ConfigError(ValueError):
@@ -51,6 +62,63 @@ class TlsSettings(BaseModel):
     private_key: Path
     ca: Path | None = None
     require_client_certificate: bool = False
+
+
+class PeerKeySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    # 32 characters at least (``openssl rand -hex 32`` makes 64): a guessable key is no key.
+    secret: SecretStr = Field(min_length=32, max_length=1024)
+
+
+class PeerKeys(BaseModel):
+    """Batches are signed with ``current``; ``current`` and ``previous`` are accepted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    current: PeerKeySettings
+    previous: PeerKeySettings | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> PeerKeys:
+        if self.previous is not None and self.previous.id == self.current.id:
+            raise ValueError(f"previous.id must differ from current.id ({self.current.id!r})")
+        return self
+
+
+class PeerTlsSettings(BaseModel):
+    """Mutual TLS on the peer port: every peer presents a certificate signed by ``ca``
+    whose common name or a subject alternative name is ``identity`` of its node id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    certificate: Path
+    private_key: Path
+    ca: Path
+    identity: str = "accord-node-{node_id}"
+
+    @field_validator("certificate", "private_key", "ca")
+    @classmethod
+    def _readable(cls, value: Path) -> Path:
+        # Here, so that a missing file is one line naming the field, not a gRPC traceback.
+        try:
+            with value.open("rb"):
+                pass
+        except OSError as error:
+            raise ValueError(f"cannot read {value}: {error.strerror or error}") from None
+        return value
+
+    @field_validator("identity")
+    @classmethod
+    def _identity(cls, value: str) -> str:
+        try:
+            one, two = value.format(node_id=1), value.format(node_id=2)
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"{value!r} is not a pattern of {{node_id}}: {error}") from None
+        if one == two:
+            raise ValueError(f"{value!r} must contain {{node_id}}")
+        return value
 
 
 class TimingSettings(BaseModel):
@@ -86,6 +154,17 @@ class SidecarConfig(BaseSettings):
     tables: dict[str, dict[str, list[list[str]]]] = Field(default_factory=dict)
     client_token: str | None = None
     tls: TlsSettings | None = None
+    # Peer authentication (accord_cassandra/peerauth.py). "none" only on loopback, unless
+    # allow_insecure_peers says that anyone able to reach the peer port may be trusted.
+    peer_auth: PeerAuthMode = "none"
+    peer_keys: PeerKeys | None = None
+    peer_tls: PeerTlsSettings | None = None
+    # A port for Peer.Deliver alone (and every node's, in peer_addresses): mutual TLS there
+    # leaves application clients free of client certificates.
+    peer_listen: str | None = None
+    peer_addresses: dict[int, str] = Field(default_factory=dict)
+    peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
+    allow_insecure_peers: bool = False
     metrics_listen: str | None = None
     timing: TimingSettings = Field(default_factory=TimingSettings)
     drain_seconds: float = Field(default=5.0, ge=0)
@@ -102,7 +181,7 @@ class SidecarConfig(BaseSettings):
         # The environment overrides the YAML file (which arrives as init arguments).
         return (env_settings, init_settings)
 
-    @field_validator("listen", "metrics_listen")
+    @field_validator("listen", "metrics_listen", "peer_listen")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
@@ -110,6 +189,38 @@ class SidecarConfig(BaseSettings):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"{value!r} is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _peer_security(self) -> SidecarConfig:
+        if self.peer_auth == "hmac" and self.peer_keys is None:
+            raise ValueError("peer_auth: hmac needs peer_keys (at least peer_keys.current)")
+        if self.peer_auth == "mtls":
+            if self.peer_tls is None:
+                raise ValueError("peer_auth: mtls needs peer_tls (certificate, private_key, ca)")
+            if self.peer_listen is None:
+                raise ValueError(
+                    "peer_auth: mtls needs peer_listen: a peer port of its own, so that "
+                    "application clients need no client certificate"
+                )
+        if self.peer_tls is not None and self.peer_listen is None:
+            raise ValueError("peer_tls is the TLS of the peer port: it needs peer_listen")
+        if self.peer_listen is not None:
+            if self.peer_listen == self.listen:
+                raise ValueError(f"peer_listen must differ from listen ({self.listen})")
+            missing = sorted(set(self.peers) - set(self.peer_addresses))
+            if missing:
+                raise ValueError(f"peer_addresses must give the peer port of nodes {missing}")
+        unknown = sorted(set(self.peer_addresses) - set(self.peers))
+        if unknown:
+            raise ValueError(f"peer_addresses names nodes {unknown} that are not in peers")
+        serving = self.peer_listen or self.listen
+        if self.peer_auth == "none" and not is_loopback(serving) and not self.allow_insecure_peers:
+            raise ValueError(
+                f"peer_auth: none while the peer service listens on {serving}, beyond "
+                "loopback: anyone who reaches it can forge replica messages. Set peer_auth "
+                "to hmac or mtls, or allow_insecure_peers: true if the network is trusted"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> SidecarConfig:

@@ -1,9 +1,10 @@
 """One sidecar process: the Accord node, its journal, its data store, and its gRPC services.
 
-Services on one port: ``accord_cassandra.v1.Peer`` (replicas), ``accord_cassandra.v1.
-Transactions`` (clients; a bearer token when ``client_token`` is set) and
-``grpc.health.v1.Health``. With ``tls`` set, the port is TLS, and with
-``require_client_certificate`` also mutual TLS, which is how peers authenticate each other.
+Services: ``accord_cassandra.v1.Transactions`` (clients; a bearer token when
+``client_token`` is set) and ``grpc.health.v1.Health`` on ``listen`` (TLS with ``tls``), and
+``accord_cassandra.v1.Peer`` (replicas) on the same port or, with ``peer_listen``, on a port
+of its own (mutual TLS with ``peer_tls``). Every peer batch is authenticated before it is
+decoded (``peer_auth``, accord_cassandra/peerauth.py).
 
 Shutdown (SIGTERM/SIGINT): health turns NOT_SERVING, new transactions are refused, those in
 flight get ``drain_seconds`` to finish, then the server and the node stop. Nothing durable
@@ -37,6 +38,7 @@ from accord_cassandra.datastore import (
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
 from accord_cassandra.metrics import MetricsServer
+from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import RequestError, to_response, to_txn
 from accord_cassandra.transport import Peers, PeerServicer
@@ -144,6 +146,17 @@ def _add_raw_unary(
 
 def _channel_factory(config: SidecarConfig) -> Any:
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
+    if config.peer_listen is not None:
+        # Peers dial each other's peer port: TLS there is peer_tls (mutual with mtls).
+        if config.peer_tls is None:
+            return lambda address: grpc.aio.insecure_channel(address, options=options)
+        peer = config.peer_tls
+        peer_credentials = grpc.ssl_channel_credentials(
+            root_certificates=peer.ca.read_bytes(),
+            private_key=peer.private_key.read_bytes(),
+            certificate_chain=peer.certificate.read_bytes(),
+        )
+        return lambda address: grpc.aio.secure_channel(address, peer_credentials, options=options)
     if config.tls is None:
         return lambda address: grpc.aio.insecure_channel(address, options=options)
     tls = config.tls
@@ -164,6 +177,30 @@ def _server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
         root_certificates=tls.ca.read_bytes() if tls.ca else None,
         require_client_auth=tls.require_client_certificate,
     )
+
+
+def _peer_server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
+    peer = config.peer_tls
+    if peer is None:
+        return None
+    return grpc.ssl_server_credentials(
+        [(peer.private_key.read_bytes(), peer.certificate.read_bytes())],
+        root_certificates=peer.ca.read_bytes(),
+        require_client_auth=config.peer_auth == "mtls",
+    )
+
+
+def _peer_keys(config: SidecarConfig) -> tuple[PeerKey | None, list[PeerKey]]:
+    """The key that signs outgoing batches and the keys accepted on incoming ones."""
+    if config.peer_auth != "hmac" or config.peer_keys is None:
+        return None, []
+    keys = config.peer_keys
+    current = PeerKey(keys.current.id, keys.current.secret.get_secret_value().encode())
+    accepted = [current]
+    if keys.previous is not None:
+        previous = keys.previous
+        accepted.append(PeerKey(previous.id, previous.secret.get_secret_value().encode()))
+    return current, accepted
 
 
 def _connect_cassandra(config: SidecarConfig) -> Any:
@@ -245,6 +282,7 @@ class Sidecar:
         self.cluster: Any = None
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
+        self.peer_server: grpc.aio.Server | None = None
         self.metrics: MetricsServer | None = None
 
     async def start(self) -> None:
@@ -267,7 +305,21 @@ class Sidecar:
             store = MemoryDataStore()
         self.catalog = catalog
         journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
-        self.peers = Peers(config.node_id, config.peers, _channel_factory(config))
+        signing, accepted = _peer_keys(config)
+        self.peers = Peers(
+            config.node_id,
+            {node: config.peer_addresses.get(node, a) for node, a in config.peers.items()},
+            _channel_factory(config),
+            BatchStamper(signing),
+        )
+        self.peer_auth = PeerAuthenticator(
+            config.node_id,
+            sorted(config.peers),
+            config.peer_auth,
+            keys=accepted,
+            identity=config.peer_tls.identity if config.peer_tls else "accord-node-{node_id}",
+            window_seconds=config.peer_replay_window_seconds,
+        )
         if config.topology == "cassandra":
             from accord_cassandra.topology import topology_from_cassandra
 
@@ -296,11 +348,27 @@ class Sidecar:
                 ("grpc.so_reuseport", 0),
             ]
         )
+        peer_server = server
+        if config.peer_listen is not None:
+            peer_server = grpc.aio.server(
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.so_reuseport", 0),
+                ]
+            )
+            credentials = _peer_server_credentials(config)
+            if credentials is None:
+                peer_server.add_insecure_port(config.peer_listen)
+            else:
+                peer_server.add_secure_port(config.peer_listen, credentials)
+            self.peer_server = peer_server
         _add_raw_unary(
-            server,
+            peer_server,
             PEER_SERVICE_NAME,
             "Deliver",
-            PeerServicer(config.node_id, self.host.deliver, self.peers.metrics).Deliver,
+            PeerServicer(
+                config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
+            ).Deliver,
             peer_pb2.PeerAck.SerializeToString,
         )
         _add_raw_unary(
@@ -325,15 +393,20 @@ class Sidecar:
         self.host.start()
         self.peers.start()
         await server.start()
+        if self.peer_server is not None:
+            await self.peer_server.start()
         if config.metrics_listen is not None:
             self.metrics = MetricsServer(config.metrics_listen, self)
             await self.metrics.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
-            "sidecar started node=%d listen=%s store=%s replayed=%d seconds=%.2f",
+            "sidecar started node=%d listen=%s peer_listen=%s peer_auth=%s store=%s "
+            "replayed=%d seconds=%.2f",
             config.node_id,
             config.listen,
+            config.peer_listen or config.listen,
+            config.peer_auth,
             config.store,
             self.host.replayed,
             time.perf_counter() - started,
@@ -344,6 +417,8 @@ class Sidecar:
         await self.host.drain(self.config.drain_seconds)
         if self.server is not None:
             await self.server.stop(grace=1.0)
+        if self.peer_server is not None:
+            await self.peer_server.stop(grace=1.0)
         if self.metrics is not None:
             await self.metrics.stop()
         await self.host.stop()

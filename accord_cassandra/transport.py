@@ -6,8 +6,11 @@ fails is dropped, not retried here: the protocol re-sends what matters on its ow
 and retrying stale messages would only delay fresh ones. When a queue is full the oldest
 message is dropped for the same reason.
 
-Incoming: each payload is decoded with the accord codec and must name this node as its
-destination and the batch's sender as its source; anything else is refused and counted.
+Incoming: a batch is authenticated first (accord_cassandra/peerauth.py: a shared-secret MAC
+or the client certificate, destination, replay window); one that is not is refused whole,
+UNAUTHENTICATED or PERMISSION_DENIED, before anything is decoded. Then each payload is
+decoded with the accord codec and must name this node as its destination and the batch's
+sender as its source; anything else is refused and counted.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from google.protobuf.message import DecodeError
 
 from accord.messages import Envelope
 from accord.messages.codec import CodecError, decode_message, encode_message
+from accord_cassandra.peerauth import BatchStamper, Refused
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -50,15 +54,21 @@ class TransportMetrics:
     failed_batches: int = 0
     received: int = 0
     refused: int = 0
+    unauthenticated_batches: int = 0
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     def __init__(
-        self, node_id: int, deliver: Callable[[Envelope], None], metrics: TransportMetrics
+        self,
+        node_id: int,
+        deliver: Callable[[Envelope], None],
+        metrics: TransportMetrics,
+        authenticate: Callable[[peer_pb2.PeerBatch, Mapping[str, Any]], None],
     ) -> None:
         self.node_id = node_id
         self.deliver = deliver
         self.metrics = metrics
+        self.authenticate = authenticate
 
     async def Deliver(
         self, request: peer_pb2.PeerBatch | bytes, context: grpc.aio.ServicerContext[Any, Any]
@@ -72,6 +82,11 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                     grpc.StatusCode.INVALID_ARGUMENT, f"malformed PeerBatch: {error}"
                 )
         assert isinstance(request, peer_pb2.PeerBatch)
+        try:
+            self.authenticate(request, context.auth_context())
+        except Refused as refused:
+            self.metrics.unauthenticated_batches += 1
+            await context.abort(refused.code, f"peer batch refused: {refused.reason}")
         if request.codec_version != CODEC_VERSION:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -106,10 +121,16 @@ class PeerSender:
     """Queues and ships this node's messages to one peer."""
 
     def __init__(
-        self, node_id: int, peer_id: int, channel: grpc.aio.Channel, metrics: TransportMetrics
+        self,
+        node_id: int,
+        peer_id: int,
+        channel: grpc.aio.Channel,
+        metrics: TransportMetrics,
+        stamper: BatchStamper,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
+        self.stamper = stamper
         self.channel = channel
         self.stub = peer_pb2_grpc.PeerStub(channel)
         self.metrics = metrics
@@ -149,6 +170,7 @@ class PeerSender:
         request = peer_pb2.PeerBatch(
             codec_version=CODEC_VERSION, source=self.node_id, payloads=batch
         )
+        self.stamper.stamp(request, self.peer_id)
         try:
             await self.stub.Deliver(request, timeout=DELIVER_DEADLINE_SECONDS)
             self.metrics.sent += len(batch)
@@ -179,10 +201,11 @@ class Peers:
         node_id: int,
         addresses: Mapping[int, str],
         make_channel: Callable[[str], grpc.aio.Channel],
+        stamper: BatchStamper,
     ) -> None:
         self.metrics = TransportMetrics()
         self.senders = {
-            peer: PeerSender(node_id, peer, make_channel(address), self.metrics)
+            peer: PeerSender(node_id, peer, make_channel(address), self.metrics, stamper)
             for peer, address in sorted(addresses.items())
             if peer != node_id
         }

@@ -151,6 +151,18 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     return asyncio.run(serve_coordinator(settings, listen=args.listen, coordinator_id=args.id))
 
 
+def cmd_coordinator_key(args: argparse.Namespace) -> int:
+    from stacksaga_store.ring_auth import node_key
+
+    secret = _settings(args).cassandra.recovery.coordinator.secret
+    if secret is None:
+        raise ConfigError.single(
+            "stacksaga.cassandra.recovery.coordinator.secret", "is needed to derive node keys"
+        )
+    print(node_key(secret.get_secret_value().encode(), args.node_id).hex())
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from stacksaga_store.demo import run_demo
 
@@ -198,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--listen", default="127.0.0.1:7690", help="host:port to serve")
     coordinator.add_argument("--id", help="this coordinator's id (default: host:port)")
     coordinator.set_defaults(handler=cmd_coordinator)
+    key = sub.add_parser(
+        "coordinator-key",
+        help="print a Retry-Node's node key (coordinator.node-key) derived from the secret",
+    )
+    key.add_argument("--node-id", required=True, help="the Retry-Node's node id")
+    key.set_defaults(handler=cmd_coordinator_key)
     demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")
     demo.add_argument("--node-ip", default=DEMO_NODE_IP, help="loopback address for the node")
     demo.add_argument("--contact-point", help="use a running Cassandra (host[:port]) instead")

@@ -46,6 +46,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -293,12 +294,48 @@ class AccordProperties(_Properties):
         return _positive_duration(value, timedelta(minutes=10))
 
 
+class CoordinatorTlsProperties(_Properties):
+    """``stacksaga.cassandra.recovery.coordinator.tls`` (extension). On the coordinator: its
+    certificate, and with ``require-client-certificate`` every node must present one from
+    ``ca`` naming ``identity`` of its node id. On a Retry-Node: its client certificate, and
+    ``ca`` to verify the coordinator's."""
+
+    certificate: Path
+    private_key: Path
+    ca: Path | None = None
+    require_client_certificate: bool = False
+    identity: str = "{node_id}"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CoordinatorTlsProperties:
+        if self.require_client_certificate and self.ca is None:
+            raise ValueError("require-client-certificate needs ca (to verify them with)")
+        if "{node_id}" not in self.identity:
+            raise ValueError(f"identity {self.identity!r} must contain {{node_id}}")
+        return self
+
+
 class CoordinatorProperties(_Properties):
     """``stacksaga.cassandra.recovery.coordinator`` (extension): the ring coordinator."""
 
     addresses: list[str] = Field(default_factory=list, max_length=16)
     lease_duration: Duration = timedelta(seconds=30)
     leadership_ttl: Duration = timedelta(seconds=10)
+    # Authentication (stacksaga_store.ring_auth): the coordinator holds ``secret``; a
+    # Retry-Node holds its ``node-key`` (``stacksaga-store coordinator-key --node-id X``),
+    # which lets it speak for itself only, or else the secret.
+    secret: SecretStr | None = Field(default=None, min_length=32, max_length=1024)
+    node_key: SecretStr | None = None
+    tls: CoordinatorTlsProperties | None = None
+    # Serve beyond loopback with neither a secret nor client certificates.
+    allow_insecure: bool = False
+
+    @field_validator("node_key")
+    @classmethod
+    def _node_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value.get_secret_value()):
+            raise ValueError("must be 64 lower-case hex digits (coordinator-key prints it)")
+        return value
 
     @field_validator("lease_duration", "leadership_ttl")
     @classmethod
@@ -560,11 +597,20 @@ def property_name(location: tuple[int | str, ...]) -> str:
     return ".".join(parts)
 
 
+# Never echoed in an error message: it would put the secret in a log.
+_SECRET_PROPERTIES = frozenset({"secret", "node_key"})
+
+
 def _problems(exc: ValidationError) -> Iterator[tuple[str, str]]:
     for error in exc.errors(include_url=False):
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown property (check the spelling against the Properties Reference)"
-        elif "input" in error and not isinstance(error["input"], dict) and "got " not in message:
+        elif (
+            "input" in error
+            and not isinstance(error["input"], dict)
+            and "got " not in message
+            and not (error["loc"] and error["loc"][-1] in _SECRET_PROPERTIES)
+        ):
             message = f"{message} (got {error['input']!r})"
         yield property_name(tuple(error["loc"])), message

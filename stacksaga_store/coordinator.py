@@ -23,6 +23,12 @@ number of standbys. Each process runs :class:`RingCoordinator`:
 
 Standbys answer ``Session`` with FAILED_PRECONDITION; clients go through their address list.
 ``Status`` works everywhere and shows leadership, rings, epochs and leases.
+
+Every call is authenticated first when a secret or mutual TLS is configured
+(:mod:`stacksaga_store.ring_auth`), and a ``Hello`` may only name the node its credentials
+prove. Requests are parsed here, not by gRPC, so bytes that are no message answer
+INVALID_ARGUMENT; a message is at most ``MESSAGE_MAX_BYTES`` and a node id or service name
+at most 256 bytes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from stacksaga_store.config import StackSagaSettings
 from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
@@ -53,6 +60,13 @@ from stacksaga_store.ring import (
     TokenRange,
     margin_seconds,
 )
+from stacksaga_store.ring_auth import (
+    NODE_ID_MAX_BYTES,
+    SERVICE_NAME_MAX_BYTES,
+    RingAuthenticator,
+    RingRefused,
+    server_security,
+)
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
 
@@ -63,6 +77,9 @@ logger = logging.getLogger(__name__)
 TICK_SECONDS = 0.05
 SESSION_QUEUE_MAX = 256
 SESSIONS_MAX = 4096
+# Node messages are a few dozen bytes; anything near this is not one.
+MESSAGE_MAX_BYTES = 64 * 1024
+_SERVICE = "stacksaga_store.v1.RingCoordinator"
 _RING_PREFIX = "ring:"
 
 
@@ -228,6 +245,12 @@ class _Session:
     queue: asyncio.Queue[pb.CoordinatorMessage | None] = field(
         default_factory=lambda: asyncio.Queue(SESSION_QUEUE_MAX)
     )
+    # Why the node's stream was refused mid-session (a message that did not parse).
+    refusal: str | None = None
+
+
+def _parse_node_message(raw: pb.NodeMessage | bytes) -> pb.NodeMessage:
+    return pb.NodeMessage.FromString(raw) if isinstance(raw, bytes) else raw
 
 
 class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
@@ -240,9 +263,13 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
         coordinator_id: str,
         lease_seconds: float,
         monotonic: Callable[[], float] = time.monotonic,
+        auth: RingAuthenticator | None = None,
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         check_state(lease_seconds > 0, "lease duration must be positive")
         self.leadership = leadership
+        self.auth = auth or RingAuthenticator()
+        self.credentials = credentials
         self.coordinator_id = coordinator_id
         self.lease_seconds = lease_seconds
         self.monotonic = monotonic
@@ -258,9 +285,25 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
 
     async def start(self, listen: str) -> int:
         await self.leadership.prepare()
-        self._server = grpc.aio.server()
-        ring_pb2_grpc.add_RingCoordinatorServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(listen)
+        self._server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", MESSAGE_MAX_BYTES)]
+        )
+        # Raw requests (no deserializer): garbage is INVALID_ARGUMENT here, not UNKNOWN.
+        handlers = {
+            "Session": grpc.stream_stream_rpc_method_handler(
+                self.Session, response_serializer=pb.CoordinatorMessage.SerializeToString
+            ),
+            "Status": grpc.unary_unary_rpc_method_handler(
+                self.Status, response_serializer=pb.StatusReply.SerializeToString
+            ),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(_SERVICE, handlers),)
+        )
+        if self.credentials is None:
+            self.port = self._server.add_insecure_port(listen)
+        else:
+            self.port = self._server.add_secure_port(listen, self.credentials)
         await self._server.start()
         self._tasks = [
             asyncio.create_task(self._leadership_loop()),
@@ -326,22 +369,54 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
 
     # -- sessions -----------------------------------------------------------------------------
 
+    async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+        try:
+            return self.auth.authenticate(
+                tuple(context.invocation_metadata() or ()), context.auth_context()
+            )
+        except RingRefused as refused:
+            await context.abort(refused.code, refused.reason)
+            raise  # abort raises; this keeps the type checker aware
+
     async def Session(
         self,
-        request_iterator: AsyncIterator[pb.NodeMessage],
+        request_iterator: AsyncIterator[pb.NodeMessage | bytes],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.CoordinatorMessage]:
+        proven = await self._authenticate(context)
         if not self.is_leader:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, f"{self.coordinator_id} is not the master"
             )
-        first = await anext(aiter(request_iterator), None)
+        raw = await anext(aiter(request_iterator), None)
+        try:
+            first = None if raw is None else _parse_node_message(raw)
+        except DecodeError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed NodeMessage: {error}")
         if first is None or first.WhichOneof("kind") != "hello":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a session starts with Hello")
         assert first is not None
         hello = first.hello
-        if not hello.node_id or not hello.service_name or len(self._sessions) >= SESSIONS_MAX:
+        if not hello.node_id or not hello.service_name:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Hello needs node and service")
+        for what, value, limit in (
+            ("node_id", hello.node_id, NODE_ID_MAX_BYTES),
+            ("service_name", hello.service_name, SERVICE_NAME_MAX_BYTES),
+        ):
+            size = len(value.encode())
+            if size > limit:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Hello.{what} of {size} bytes exceeds {limit}",
+                )
+        try:
+            self.auth.check_node(hello.node_id, proven, context.auth_context())
+        except RingRefused as refused:
+            await context.abort(refused.code, refused.reason)
+        if len(self._sessions) >= SESSIONS_MAX and hello.node_id not in self._sessions:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{SESSIONS_MAX} sessions already open"
+            )
         session = _Session(hello.node_id, hello.service_name)
         previous = self._sessions.get(session.node_id)
         if previous is not None:
@@ -352,6 +427,8 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
             while True:
                 message = await session.queue.get()
                 if message is None:
+                    if session.refusal is not None:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, session.refusal)
                     return
                 yield message
         finally:
@@ -368,12 +445,15 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
         self,
         session: _Session,
         first: pb.NodeMessage,
-        request_iterator: AsyncIterator[pb.NodeMessage],
+        request_iterator: AsyncIterator[pb.NodeMessage | bytes],
     ) -> None:
         try:
             await self._on_hello(session, first)
-            async for message in request_iterator:
-                await self._on_message(session, message)
+            async for raw in request_iterator:
+                await self._on_message(session, _parse_node_message(raw))
+        except DecodeError as error:
+            session.refusal = f"malformed NodeMessage: {error}"
+            logger.info("session of %s ended: %s", session.node_id, session.refusal)
         except (grpc.aio.AioRpcError, StoreUnavailableError, StackSagaError) as exc:
             logger.info("session of %s ended: %s", session.node_id, exc)
         finally:
@@ -471,8 +551,16 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
     # -- status ---------------------------------------------------------------------------------
 
     async def Status(
-        self, request: pb.StatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: pb.StatusRequest | bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.StatusReply:
+        await self._authenticate(context)
+        if isinstance(request, bytes):
+            try:
+                pb.StatusRequest.FromString(request)
+            except DecodeError as error:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"malformed StatusRequest: {error}"
+                )
         reply = pb.StatusReply(coordinator_id=self.coordinator_id, leader=self.is_leader)
         duration_ms = int(self.lease_seconds * 1000)
         for name, ring in sorted(self.rings.items()):
@@ -509,6 +597,8 @@ async def serve_coordinator(
     from stacksaga_store.runtime import open_runtime
 
     recovery = settings.cassandra.recovery.coordinator
+    # Before anything connects: an unauthenticated coordinator beyond loopback is refused.
+    auth, credentials = server_security(recovery, listen)
     runtime = await open_runtime(settings)
     stop_event = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -529,6 +619,8 @@ async def serve_coordinator(
             leadership=leadership,
             coordinator_id=identity,
             lease_seconds=recovery.lease_duration.total_seconds(),
+            auth=auth,
+            credentials=credentials,
         )
         port = await coordinator.start(listen)
         host = listen.rpartition(":")[0]

@@ -13,6 +13,11 @@ It renews every third of the lease duration. When the stream breaks it reconnect
 the lease it still holds (``Hello.held``) so a new master can adopt it; meanwhile the lease
 stays usable until it expires, so recovery work goes on while no master is reachable.
 
+Each session authenticates with the node key (``key``, :mod:`stacksaga_store.ring_auth`)
+and, with ``channel_credentials``, over TLS with a client certificate;
+:meth:`CoordinatorLeaseClient.from_settings` takes both from
+``stacksaga.cassandra.recovery.coordinator``.
+
 A Revoke makes :meth:`current` return None at once (the Retry-Node's next check stops it);
 ``Released`` is sent only when the Retry-Node reports no dispatch in flight
 (:meth:`note_in_flight`), so the next holder never overlaps a running dispatch.
@@ -29,9 +34,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
+from stacksaga_store.config import StackSagaSettings
 from stacksaga_store.errors import check_state
 from stacksaga_store.recovery_metrics import RecoveryMetrics
 from stacksaga_store.ring import DRIFT_ALLOWANCE, Lease, TokenRange
+from stacksaga_store.ring_auth import auth_metadata, client_security
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
 
@@ -56,9 +63,13 @@ class CoordinatorLeaseClient:
         renew_fallback_seconds: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: RecoveryMetrics | None = None,
+        key: bytes | None = None,
+        channel_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         check_state(bool(addresses), "no coordinator address")
         self.addresses = list(addresses)
+        self.key = key
+        self.channel_credentials = channel_credentials
         self.node_id = node_id
         self.service_name = service_name
         self._monotonic = monotonic
@@ -76,6 +87,22 @@ class CoordinatorLeaseClient:
         self._stopping = False
         self.leases_seen: list[Lease] = []
         self.connected_to: str | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: StackSagaSettings, *, node_id: str, metrics: RecoveryMetrics | None = None
+    ) -> CoordinatorLeaseClient:
+        """A client of the configured coordinators, authenticated as ``node_id``."""
+        coordinator = settings.cassandra.recovery.coordinator
+        key, credentials = client_security(coordinator, node_id)
+        return cls(
+            coordinator.addresses,
+            node_id=node_id,
+            service_name=settings.instance.service_name,
+            key=key,
+            channel_credentials=credentials,
+            metrics=metrics,
+        )
 
     # -- LeaseSource -----------------------------------------------------------------------------
 
@@ -147,9 +174,16 @@ class CoordinatorLeaseClient:
         if held is not None:
             hello.held.CopyFrom(_lease_proto(held, self._duration))
         self._send(pb.NodeMessage(hello=hello))
-        async with grpc.aio.insecure_channel(address) as channel:
+        channel = (
+            grpc.aio.insecure_channel(address)
+            if self.channel_credentials is None
+            else grpc.aio.secure_channel(address, self.channel_credentials)
+        )
+        # A fresh credential per session: the coordinator accepts each one once.
+        metadata = auth_metadata(self.key, self.node_id) if self.key is not None else ()
+        async with channel:
             stub = ring_pb2_grpc.RingCoordinatorStub(channel)
-            call = stub.Session(_drain(outbox))
+            call = stub.Session(_drain(outbox), metadata=metadata)
             renewer = asyncio.create_task(self._renew_loop())
             try:
                 async for message in call:

@@ -31,10 +31,34 @@ class PeerBatch(_message.Message):
     CODEC_VERSION_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     PAYLOADS_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    SENT_AT_MICROS_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    MAC_FIELD_NUMBER: _builtins.int
     codec_version: _builtins.int
     """Version of the accord message codec the payloads are written in."""
     source: _builtins.int
     """Sending replica's node id; every payload's envelope must name it as its source."""
+    destination: _builtins.int
+    """Peer authentication (accord_cassandra/peerauth.py, docs/sidecars.md "Security"). With a
+    shared secret every field above and below except mac is covered by mac; with mutual TLS
+    the certificate names the source instead and these fields are only checked for replay.
+    The node the batch is for: a batch signed for one node is refused by every other.
+    """
+    incarnation: _builtins.int
+    """Random per sender process, so sequences of a restarted sender never look replayed."""
+    sequence: _builtins.int
+    """Increases by one per batch within an incarnation; the receiver refuses a repeat."""
+    sent_at_micros: _builtins.int
+    """Sender's wall clock, microseconds since the Unix epoch; outside the receiver's replay
+    window (either way) the batch is refused.
+    """
+    key_id: _builtins.str
+    """Which shared key signed the batch (the current one or the previous one during rotation)."""
+    mac: _builtins.bytes
+    """HMAC-SHA256 under key_id's secret over the canonical encoding of the fields above."""
     @_builtins.property
     def payloads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
@@ -43,10 +67,16 @@ class PeerBatch(_message.Message):
         codec_version: _builtins.int = ...,
         source: _builtins.int = ...,
         payloads: _abc.Iterable[_builtins.bytes] | None = ...,
+        destination: _builtins.int = ...,
+        incarnation: _builtins.int = ...,
+        sequence: _builtins.int = ...,
+        sent_at_micros: _builtins.int = ...,
+        key_id: _builtins.str = ...,
+        mac: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec_version", b"codec_version", "payloads", b"payloads", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec_version", b"codec_version", "destination", b"destination", "incarnation", b"incarnation", "key_id", b"key_id", "mac", b"mac", "payloads", b"payloads", "sent_at_micros", b"sent_at_micros", "sequence", b"sequence", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

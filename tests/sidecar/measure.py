@@ -2,6 +2,7 @@
 
     python -m tests.sidecar.measure --store memory
     python -m tests.sidecar.measure --store cassandra --cassandra-dir DIR   # launcher up dir
+    python -m tests.sidecar.measure --peer-auth none    # the cost of the peer MAC, by difference
 
 Three sidecar processes on loopback run bank transfers (two accounts read and written per
 transaction, plus a receipt row) from N concurrent clients spread over the sidecars, for
@@ -53,12 +54,18 @@ def run(args: argparse.Namespace) -> None:
             directory,
             store="cassandra",
             cassandra={"contact_points": cassandra.contact_points, "keyspaces": [keyspace]},
+            extra={"peer_auth": args.peer_auth},
         )
     else:
-        cluster = LocalSidecars(directory, tables=EMBEDDED_TABLES)
+        cluster = LocalSidecars(
+            directory, tables=EMBEDDED_TABLES, extra={"peer_auth": args.peer_auth}
+        )
     try:
         cluster.start(timeout=90)
-        print(f"store={args.store} accounts={args.accounts} seconds={args.seconds}")
+        print(
+            f"store={args.store} peer_auth={args.peer_auth} accounts={args.accounts} "
+            f"seconds={args.seconds}"
+        )
         print("clients  txns/s  p50_ms  p99_ms  declined  fast_share  s/sync  records/sync")
         first = 1
         for clients in args.concurrency:
@@ -107,6 +114,7 @@ def main() -> None:
     parser.add_argument("--store", choices=("memory", "cassandra"), default="memory")
     parser.add_argument("--cassandra-dir", help="base dir of `launcher up --nodes 3`")
     parser.add_argument("--accounts", type=int, default=32)
+    parser.add_argument("--peer-auth", choices=("hmac", "none"), default="hmac")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument(
         "--concurrency", type=lambda text: [int(n) for n in text.split(",")], default=[1, 4, 8, 16]

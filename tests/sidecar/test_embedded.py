@@ -20,6 +20,7 @@ from accord.messages.codec import encode_message
 from accord.primitives import Timestamp
 from accord_cassandra.client import Client, Transaction, TransactionError
 from accord_cassandra.cluster import LocalSidecars, metrics_of
+from accord_cassandra.peerauth import BatchStamper, PeerKey
 from accord_cassandra.transport import CODEC_VERSION
 from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
@@ -234,6 +235,7 @@ def test_a_peer_batch_with_another_codec_version_is_failed_precondition(
     with grpc.insecure_channel(embedded.sidecars[1].address) as channel:
         stub = peer_pb2_grpc.PeerStub(channel)
         batch = peer_pb2.PeerBatch(codec_version=CODEC_VERSION + 1, source=2, payloads=[b"x"])
+        BatchStamper(PeerKey("local", embedded.peer_secret.encode())).stamp(batch, 1)
         with pytest.raises(grpc.RpcError) as caught:
             stub.Deliver(batch, timeout=10)
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -252,10 +254,9 @@ def test_bad_peer_payloads_are_refused_and_counted(embedded: LocalSidecars) -> N
     ]
     with grpc.insecure_channel(sidecar.address) as channel:
         stub = peer_pb2_grpc.PeerStub(channel)
-        ack = stub.Deliver(
-            peer_pb2.PeerBatch(codec_version=CODEC_VERSION, source=2, payloads=payloads),
-            timeout=10,
-        )
+        batch = peer_pb2.PeerBatch(codec_version=CODEC_VERSION, source=2, payloads=payloads)
+        BatchStamper(PeerKey("local", embedded.peer_secret.encode())).stamp(batch, 1)
+        ack = stub.Deliver(batch, timeout=10)
         assert ack.accepted == 0
         with pytest.raises(grpc.RpcError) as caught:
             channel.unary_unary("/accord_cassandra.v1.Peer/Deliver")(b"\xff\xff", timeout=10)

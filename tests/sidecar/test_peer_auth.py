@@ -1,0 +1,523 @@
+"""Peer authentication (docs/sidecars.md "Security"): forged replica messages against three
+sidecars on the embedded store with the shared-secret MAC, then the same with mutual TLS on
+a peer port of their own, then the refusal to start unauthenticated beyond loopback.
+
+Each forgery is what an attacker on the network would send: an ``Apply`` that sets a
+balance, or a ``PreAccept`` + ``Commit`` that creates a row (recovery would finish it on
+every replica). Every one must be refused with UNAUTHENTICATED or PERMISSION_DENIED, change
+no data anywhere, and leave the cluster serving.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
+from accord.messages.codec import encode_message
+from accord.primitives import Deps, Kind, Route, Timestamp, execute
+from accord_cassandra.client import Client, Transaction
+from accord_cassandra.cluster import LocalSidecars, free_port, metrics_of
+from accord_cassandra.config import ConfigError, load
+from accord_cassandra.peerauth import BatchStamper, PeerKey
+from accord_cassandra.schema import Catalog
+from accord_cassandra.translate import to_txn
+from accord_cassandra.transport import CODEC_VERSION
+from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
+from tests.certs import make_ca, make_cert
+from tests.sidecar.conftest import EMBEDDED_TABLES, TOKEN, _stop
+
+CATALOG = Catalog.from_mapping(EMBEDDED_TABLES)
+FORGED_BALANCE = 1_000_000
+
+
+def client(address: str) -> Client:
+    return Client(address, token=TOKEN, timeout=20)
+
+
+def balance_everywhere(cluster: LocalSidecars, account: str) -> list[object]:
+    """The account's balance read by a transaction coordinated by each sidecar in turn (each
+    read waits for every conflicting transaction a replica knows of, forged ones too)."""
+    balances = []
+    for address in cluster.addresses():
+        t = Transaction()
+        t.let("a", "bank", "accounts", account)
+        with client(address) as c:
+            row = c.transact(t).rows["a"]
+        balances.append(None if row is None else row["balance"])
+    return balances
+
+
+def write_balance(cluster: LocalSidecars, account: str, balance: int) -> Timestamp:
+    t = Transaction().update("bank", "accounts", account, balance=balance, tag=0)
+    with client(cluster.addresses()[0]) as c:
+        result = c.transact(t)
+    assert result.applied
+    return Timestamp.parse(result.txn_id)
+
+
+def forged_txn_id(seen: Timestamp, node: int) -> Timestamp:
+    # What an attacker learns from any transaction id: the epoch, and the clock's range.
+    return Timestamp(seen.epoch, seen.hlc + 1_000_000, int(Kind.WRITE), node)
+
+
+def forged_apply(seen: Timestamp, account: str, src: int, dest: int) -> bytes:
+    translation = to_txn(
+        Transaction().update("bank", "accounts", account, balance=FORGED_BALANCE, tag=0).request,
+        CATALOG,
+    )
+    txn = translation.txn
+    writes, result = execute(txn, {})
+    txn_id = forged_txn_id(seen, src)
+    route = Route(txn.keys[0], txn.keys)
+    body = Apply(7, txn_id, txn, route, txn_id, Deps(), writes, result)
+    return encode_message(Envelope(src, dest, body))
+
+
+def forged_preaccept_commit(seen: Timestamp, account: str, src: int, dest: int) -> list[bytes]:
+    translation = to_txn(
+        Transaction().update("bank", "accounts", account, balance=FORGED_BALANCE, tag=0).request,
+        CATALOG,
+    )
+    txn = translation.txn
+    txn_id = forged_txn_id(seen, src)
+    route = Route(txn.keys[0], txn.keys)
+    return [
+        encode_message(Envelope(src, dest, PreAccept(8, txn_id, txn, route))),
+        encode_message(
+            Envelope(src, dest, Commit(9, txn_id, txn_id, Deps(), True, False, txn, route))
+        ),
+    ]
+
+
+def batch(source: int, payloads: list[bytes]) -> peer_pb2.PeerBatch:
+    return peer_pb2.PeerBatch(codec_version=CODEC_VERSION, source=source, payloads=payloads)
+
+
+def signed(
+    secret: str, source: int, destination: int, payloads: list[bytes], key_id: str = "local"
+) -> peer_pb2.PeerBatch:
+    request = batch(source, payloads)
+    BatchStamper(PeerKey(key_id, secret.encode())).stamp(request, destination)
+    return request
+
+
+def deliver_code(address: str, request: peer_pb2.PeerBatch) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            peer_pb2_grpc.PeerStub(channel).Deliver(request, timeout=10)
+        except grpc.RpcError as error:
+            return error.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def refused_batches(cluster: LocalSidecars, node_id: int) -> float:
+    figures = metrics_of(cluster.sidecars[node_id].metrics_address)
+    return figures["accord_peer_batches_unauthenticated_total"]
+
+
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own ACCORD_SIDECAR_* variables must not leak into these configs.
+    for name in list(os.environ):
+        if name.startswith("ACCORD_SIDECAR_"):
+            monkeypatch.delenv(name)
+
+
+# ---------------------------------------------------------------------------- shared secret
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSidecars]:
+    cluster = LocalSidecars(
+        tmp_path_factory.mktemp("peer-auth"),
+        tables=EMBEDDED_TABLES,
+        client_token=TOKEN,
+        extra={"drain_seconds": 2},
+    )
+    try:
+        cluster.start(timeout=60)
+        yield cluster
+    finally:
+        _stop(cluster)
+
+
+def forgeries(cluster: LocalSidecars, seen: Timestamp, account: str) -> dict[str, Any]:
+    """Each wrongly authenticated batch, as (batch, the code it must get), sent to node 1."""
+    apply = [forged_apply(seen, account, 2, 1)]
+    good = cluster.peer_secret
+    tampered = signed(good, 2, 1, apply)
+    tampered.source = 3  # signed as node 2, then claims to be node 3
+    stale = batch(2, apply)
+    BatchStamper(PeerKey("local", good.encode()), clock=lambda: time.time() - 120).stamp(stale, 1)
+    return {
+        "unsigned": (batch(2, apply), grpc.StatusCode.UNAUTHENTICATED),
+        "wrong-key": (signed("x" * 64, 2, 1, apply), grpc.StatusCode.UNAUTHENTICATED),
+        "unknown-key-id": (signed(good, 2, 1, apply, "old"), grpc.StatusCode.UNAUTHENTICATED),
+        "other-node-id": (tampered, grpc.StatusCode.UNAUTHENTICATED),
+        "other-destination": (signed(good, 2, 3, apply), grpc.StatusCode.PERMISSION_DENIED),
+        "no-such-peer": (
+            signed(good, 9, 1, [forged_apply(seen, account, 9, 1)]),
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        "stale": (stale, grpc.StatusCode.UNAUTHENTICATED),
+        "preaccept-commit-unsigned": (
+            batch(2, forged_preaccept_commit(seen, account, 2, 1)),
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+        "preaccept-commit-wrong-key": (
+            signed("y" * 64, 2, 1, forged_preaccept_commit(seen, account, 2, 1)),
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "unsigned",
+        "wrong-key",
+        "unknown-key-id",
+        "other-node-id",
+        "other-destination",
+        "no-such-peer",
+        "stale",
+        "preaccept-commit-unsigned",
+        "preaccept-commit-wrong-key",
+    ],
+)
+def test_a_forged_batch_is_refused_and_changes_nothing(secured: LocalSidecars, kind: str) -> None:
+    account = f"victim-{kind}"
+    seen = write_balance(secured, account, 100)
+    request, code = forgeries(secured, seen, account)[kind]
+    before = refused_batches(secured, 1)
+    assert deliver_code(secured.sidecars[1].address, request) == code
+    assert refused_batches(secured, 1) == before + 1
+    assert balance_everywhere(secured, account) == [100, 100, 100]
+
+
+def test_a_forged_new_row_never_appears(secured: LocalSidecars) -> None:
+    """The PreAccept + Commit of a row nobody wrote, unsigned: had node 1 taken it, its
+    recovery would have created the row on every replica."""
+    seen = write_balance(secured, "someone-else", 1)
+    request = batch(2, forged_preaccept_commit(seen, "created-from-nothing", 2, 1))
+    assert deliver_code(secured.sidecars[1].address, request) == grpc.StatusCode.UNAUTHENTICATED
+    # Longer than a recovery takes to start (recover_delay_ms 1 s, 3 s for others' txns).
+    time.sleep(4)
+    assert balance_everywhere(secured, "created-from-nothing") == [None, None, None]
+
+
+def test_a_replayed_batch_is_refused(secured: LocalSidecars) -> None:
+    seen = write_balance(secured, "replayed", 5)
+    body = InformDurable(1, Timestamp(seen.epoch, seen.hlc, 1, 2))
+    request = signed(secured.peer_secret, 2, 1, [encode_message(Envelope(2, 1, body))])
+    address = secured.sidecars[1].address
+    assert deliver_code(address, request) == grpc.StatusCode.OK
+    assert deliver_code(address, request) == grpc.StatusCode.UNAUTHENTICATED
+    assert balance_everywhere(secured, "replayed") == [5, 5, 5]
+
+
+def test_the_previous_key_is_accepted_during_rotation(tmp_path: Path) -> None:
+    """Rolling rotation: node 1 signs with the new key and still accepts the old one; nodes 2
+    and 3 sign with the old one and accept the new one. The cluster serves throughout."""
+    old = {"id": "k1", "secret": "a" * 64}
+    new = {"id": "k2", "secret": "b" * 64}
+    cluster = LocalSidecars(tmp_path, tables=EMBEDDED_TABLES, client_token=TOKEN)
+    cluster.write_configs()
+    for node_id, sidecar in cluster.sidecars.items():
+        config = yaml.safe_load(sidecar.config_path.read_text())
+        first, second = (new, old) if node_id == 1 else (old, new)
+        keys = {"current": first, "previous": second}
+        config["peer_keys"] = keys
+        sidecar.config_path.write_text(yaml.safe_dump(config))
+    try:
+        cluster.start(timeout=60)
+        for index, address in enumerate(cluster.addresses()):
+            t = Transaction().update("bank", "accounts", f"rotated-{index}", balance=index, tag=0)
+            with client(address) as c:
+                assert c.transact(t).applied
+        assert balance_everywhere(cluster, "rotated-2") == [2, 2, 2]
+        assert all(refused_batches(cluster, n) == 0 for n in cluster.sidecars)
+        # A third key, known to nobody, is still refused.
+        seen = write_balance(cluster, "rotated-0", 0)
+        request = signed("c" * 64, 2, 1, [forged_apply(seen, "rotated-0", 2, 1)], "k3")
+        assert deliver_code(cluster.sidecars[1].address, request) in REFUSED
+        assert balance_everywhere(cluster, "rotated-0") == [0, 0, 0]
+    finally:
+        _stop(cluster)
+
+
+# ---------------------------------------------------------------------------- mutual TLS
+
+
+def peer_port_cluster(base: Path, peer_auth: str) -> tuple[LocalSidecars, Path]:
+    """Three sidecars (not started): clients on their plain port, peers on a TLS port each,
+    every certificate (generated here, never committed) naming accord-node-<id>."""
+    certs = base / "certs"
+    certs.mkdir()
+    ca = make_ca(certs, "test-ca")
+    for node_id in (1, 2, 3):
+        make_cert(certs, ca, f"accord-node-{node_id}")
+    rogue_ca = make_ca(certs, "rogue-ca")
+    make_cert(certs, rogue_ca, "accord-node-2-rogue", "accord-node-2")
+    cluster = LocalSidecars(
+        base / "cluster",
+        tables=EMBEDDED_TABLES,
+        client_token=TOKEN,
+        extra={"drain_seconds": 2, "peer_auth": peer_auth},
+    )
+    cluster.write_configs()
+    peer_addresses = {n: f"127.0.0.1:{free_port()}" for n in cluster.sidecars}
+    for node_id, sidecar in cluster.sidecars.items():
+        config = yaml.safe_load(sidecar.config_path.read_text())
+        if peer_auth != "hmac":
+            del config["peer_keys"]
+        config["peer_listen"] = peer_addresses[node_id]
+        config["peer_addresses"] = peer_addresses
+        config["peer_tls"] = {
+            "certificate": str(certs / f"accord-node-{node_id}.crt"),
+            "private_key": str(certs / f"accord-node-{node_id}.key"),
+            "ca": str(ca[1]),
+        }
+        sidecar.config_path.write_text(yaml.safe_dump(config))
+    return cluster, certs
+
+
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSidecars, Path]]:
+    cluster, certs = peer_port_cluster(tmp_path_factory.mktemp("mtls"), "mtls")
+    try:
+        cluster.start(timeout=60)
+        yield cluster, certs
+    finally:
+        _stop(cluster)
+
+
+def _peer_address(cluster: LocalSidecars, node_id: int) -> str:
+    config = yaml.safe_load(cluster.sidecars[node_id].config_path.read_text())
+    return str(config["peer_listen"])
+
+
+def deliver_tls(
+    address: str, certs: Path, name: str | None, request: peer_pb2.PeerBatch
+) -> grpc.StatusCode:
+    # The caller trusts the sidecars' CA; what it presents is the test's variable.
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(certs / "test-ca.crt").read_bytes(),
+        private_key=(certs / f"{name}.key").read_bytes() if name else None,
+        certificate_chain=(certs / f"{name}.crt").read_bytes() if name else None,
+    )
+    with grpc.secure_channel(address, credentials) as channel:
+        try:
+            peer_pb2_grpc.PeerStub(channel).Deliver(request, timeout=10)
+        except grpc.RpcError as error:
+            return error.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def test_mtls_peers_serve_and_clients_need_no_certificate(
+    mtls: tuple[LocalSidecars, Path],
+) -> None:
+    cluster, _ = mtls
+    for index, address in enumerate(cluster.addresses()):
+        write_balance_via = Transaction().update("bank", "accounts", f"tls-{index}", balance=index)
+        with client(address) as c:  # a plain channel: no client certificate
+            assert c.transact(write_balance_via).applied
+    assert balance_everywhere(cluster, "tls-1") == [1, 1, 1]
+    # The client port no longer offers the peer service at all.
+    seen = write_balance(cluster, "tls-victim", 100)
+    forged = batch(2, [forged_apply(seen, "tls-victim", 2, 1)])
+    assert deliver_code(cluster.sidecars[1].address, forged) == grpc.StatusCode.UNIMPLEMENTED
+    assert balance_everywhere(cluster, "tls-victim") == [100, 100, 100]
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "code"),
+    [
+        # No client certificate: the handshake fails before any request is read.
+        (None, 2, grpc.StatusCode.UNAVAILABLE),
+        # A certificate from another CA naming the right node.
+        ("accord-node-2-rogue", 2, grpc.StatusCode.UNAVAILABLE),
+        # Node 3's genuine certificate, claiming to be node 2.
+        ("accord-node-3", 2, grpc.StatusCode.PERMISSION_DENIED),
+    ],
+    ids=["no-certificate", "other-ca", "other-node-id"],
+)
+def test_mtls_refuses_forged_peers(
+    mtls: tuple[LocalSidecars, Path], name: str | None, source: int, code: object
+) -> None:
+    cluster, certs = mtls
+    account = f"tls-victim-{name}"
+    seen = write_balance(cluster, account, 100)
+    payloads = [forged_apply(seen, account, source, 1)]
+    request = batch(source, payloads)
+    BatchStamper(None).stamp(request, 1)
+    before = refused_batches(cluster, 1)
+    assert deliver_tls(_peer_address(cluster, 1), certs, name, request) == code
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        assert refused_batches(cluster, 1) == before + 1
+    assert balance_everywhere(cluster, account) == [100, 100, 100]
+
+
+def test_mtls_accepts_the_genuine_node_once(mtls: tuple[LocalSidecars, Path]) -> None:
+    """The check that the refusals above are not a broken port: node 2's own certificate
+    delivers a harmless message, and the very same batch again is a replay."""
+    cluster, certs = mtls
+    seen = write_balance(cluster, "tls-genuine", 1)
+    body = InformDurable(1, Timestamp(seen.epoch, seen.hlc, 1, 2))
+    request = batch(2, [encode_message(Envelope(2, 1, body))])
+    BatchStamper(None).stamp(request, 1)
+    address = _peer_address(cluster, 1)
+    assert deliver_tls(address, certs, "accord-node-2", request) == grpc.StatusCode.OK
+    assert deliver_tls(address, certs, "accord-node-2", request) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_tls_peer_port_with_the_shared_secret_needs_no_client_certificate(
+    tmp_path: Path,
+) -> None:
+    """peer_tls with peer_auth: hmac encrypts the peer port; the MAC authenticates."""
+    cluster, certs = peer_port_cluster(tmp_path, "hmac")
+    try:
+        cluster.start(timeout=60)
+        for index, address in enumerate(cluster.addresses()):
+            t = Transaction().update("bank", "accounts", f"tls-hmac-{index}", balance=index)
+            with client(address) as c:
+                assert c.transact(t).applied
+        assert balance_everywhere(cluster, "tls-hmac-2") == [2, 2, 2]
+        seen = write_balance(cluster, "tls-hmac-victim", 100)
+        forged = batch(2, [forged_apply(seen, "tls-hmac-victim", 2, 1)])
+        peer_port = _peer_address(cluster, 1)
+        # Through the TLS handshake without a certificate, then refused for want of a MAC.
+        assert deliver_tls(peer_port, certs, None, forged) == grpc.StatusCode.UNAUTHENTICATED
+        # The peer port speaks TLS only.
+        assert deliver_code(peer_port, forged) == grpc.StatusCode.UNAVAILABLE
+        assert balance_everywhere(cluster, "tls-hmac-victim") == [100, 100, 100]
+    finally:
+        _stop(cluster)
+
+
+# ---------------------------------------------------------------------------- configuration
+
+BASE: dict[str, Any] = {
+    "node_id": 1,
+    "peers": {1: "10.1.0.1:50051", 2: "10.1.0.2:50051", 3: "10.1.0.3:50051"},
+    "journal_dir": "/tmp/accord-test-journal",
+    "tables": {"bank.accounts": {"partition_key": [["id", "text"]], "columns": [["b", "bigint"]]}},
+}
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:50051", "10.1.0.1:50051", "sidecar-1:50051"])
+def test_no_peer_auth_beyond_loopback_is_refused(listen: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(**BASE, listen=listen)
+    assert "peer_auth: none" in str(caught.value) and listen in str(caught.value)
+    # Said explicitly, it starts; and loopback needs no saying.
+    assert load(**BASE, listen=listen, allow_insecure_peers=True).peer_auth == "none"
+    assert load(**BASE, listen="127.0.0.1:50051").peer_auth == "none"
+    assert load(**BASE, listen="[::1]:50051").peer_auth == "none"
+
+
+def test_peer_listen_is_what_must_be_authenticated() -> None:
+    peer_addresses = {1: "10.1.0.1:7000", 2: "10.1.0.2:7000", 3: "10.1.0.3:7000"}
+    with pytest.raises(ConfigError, match="peer_auth: none while the peer service listens on"):
+        load(
+            **BASE,
+            listen="127.0.0.1:50051",
+            peer_listen="0.0.0.0:7000",
+            peer_addresses=peer_addresses,
+        )
+    keys = {"current": {"id": "k1", "secret": "s" * 32}}
+    config = load(**BASE, listen="0.0.0.0:50051", peer_auth="hmac", peer_keys=keys)
+    assert config.peer_keys is not None and config.peer_keys.current.id == "k1"
+    assert "s" * 32 not in repr(config)  # the secret never reaches a log line
+
+
+def test_the_secret_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCORD_SIDECAR_PEER_KEYS__CURRENT__SECRET", "e" * 40)
+    keys = {"current": {"id": "k1"}}
+    config = load(**BASE, listen="0.0.0.0:50051", peer_auth="hmac", peer_keys=keys)
+    assert config.peer_keys is not None
+    assert config.peer_keys.current.secret.get_secret_value() == "e" * 40
+
+
+# Files that exist (their content is only read when the sidecar starts).
+PEM_FILES = {"certificate": __file__, "private_key": __file__, "ca": __file__}
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"peer_auth": "hmac"}, ["peer_auth: hmac needs peer_keys"]),
+        (
+            {"peer_auth": "hmac", "peer_keys": {"current": {"id": "k", "secret": "short"}}},
+            ["peer_keys.current.secret", "32"],
+        ),
+        (
+            {
+                "peer_auth": "hmac",
+                "peer_keys": {
+                    "current": {"id": "k", "secret": "s" * 32},
+                    "previous": {"id": "k", "secret": "t" * 32},
+                },
+            },
+            ["previous.id must differ"],
+        ),
+        ({"peer_auth": "mtls"}, ["peer_auth: mtls needs peer_tls"]),
+        (
+            {"peer_auth": "mtls", "peer_tls": PEM_FILES},
+            ["peer_auth: mtls needs peer_listen"],
+        ),
+        (
+            {
+                "peer_auth": "mtls",
+                "peer_tls": {**PEM_FILES, "identity": "node"},
+            },
+            ["identity", "{node_id}"],
+        ),
+        (
+            {"peer_tls": PEM_FILES},
+            ["peer_tls is the TLS of the peer port: it needs peer_listen"],
+        ),
+        (
+            {"peer_auth": "mtls", "peer_tls": {**PEM_FILES, "ca": "/nonexistent/ca.pem"}},
+            ["peer_tls.ca", "cannot read /nonexistent/ca.pem", "No such file"],
+        ),
+        ({"peer_listen": "127.0.0.1:7000"}, ["peer_addresses must give the peer port"]),
+        ({"peer_listen": "127.0.0.1:50051"}, ["peer_listen must differ from listen"]),
+        ({"peer_addresses": {9: "127.0.0.1:1"}}, ["peer_addresses names nodes [9]"]),
+    ],
+)
+def test_peer_auth_config_errors_name_the_field(changes: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(**{**BASE, "listen": "127.0.0.1:50051", **changes})
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_sidecar_refuses_to_start_beyond_loopback_without_peer_auth(tmp_path: Path) -> None:
+    # Refused while the configuration is read: nothing is bound, so any port will do.
+    config = {**BASE, "listen": "0.0.0.0:50051", "journal_dir": str(tmp_path / "journal")}
+    path = tmp_path / "open.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "accord_cassandra", "sidecar", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "peer_auth: none" in done.stderr and "allow_insecure_peers" in done.stderr
+    assert not (tmp_path / "journal").exists()  # refused before it touched anything
