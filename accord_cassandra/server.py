@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import NodeConfig, Topology, ring_topology
-from accord_cassandra.config import SidecarConfig
+from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
     AsyncDataStore,
@@ -37,6 +37,12 @@ from accord_cassandra.datastore import (
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
 from accord_cassandra.metrics import MetricsServer
+from accord_cassandra.ports import (
+    bind_retrying,
+    split_address,
+    wait_for_json,
+    write_json_atomically,
+)
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import RequestError, to_response, to_txn
 from accord_cassandra.transport import Peers, PeerServicer
@@ -166,6 +172,41 @@ def _server_credentials(config: SidecarConfig) -> grpc.ServerCredentials | None:
     )
 
 
+async def _bind(server: grpc.aio.Server, config: SidecarConfig) -> str:
+    """Bind the gRPC port (port 0: any free one); returns the address bound."""
+    credentials = _server_credentials(config)
+
+    async def bind() -> int:
+        if credentials is None:
+            return int(server.add_insecure_port(config.listen))
+        return int(server.add_secure_port(config.listen, credentials))
+
+    host, _ = split_address(config.listen)
+    return f"{host}:{await bind_retrying(bind, config.listen)}"
+
+
+async def _peer_addresses(config: SidecarConfig) -> dict[int, str]:
+    """``peers``, or with ``peers_file`` the addresses in it once it appears."""
+    if config.peers_file is None:
+        return dict(config.peers)
+    found = await wait_for_json(config.peers_file, config.peers_wait_seconds)
+    try:
+        peers = {int(node): str(address) for node, address in dict(found).items()}
+        for address in peers.values():
+            if split_address(address)[1] == 0:
+                raise ValueError(f"{address!r} has no port")
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            f"peers_file {config.peers_file}: not a mapping of node id to host:port ({error})"
+        ) from None
+    if set(peers) != set(config.peers):
+        raise ConfigError(
+            f"peers_file {config.peers_file} names nodes {sorted(peers)}, "
+            f"the config's peers are {sorted(config.peers)}"
+        )
+    return peers
+
+
 def _connect_cassandra(config: SidecarConfig) -> Any:
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
@@ -246,10 +287,33 @@ class Sidecar:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.metrics: MetricsServer | None = None
+        self.listen = config.listen
 
     async def start(self) -> None:
         config = self.config
         started = time.perf_counter()
+        # Ports first: with port 0 the kernel picks them, and whoever started this process
+        # learns them from the address file (and may only then know every peer's address).
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self.server = server
+        self.listen = await _bind(server, config)
+        if config.metrics_listen is not None:
+            self.metrics = MetricsServer(config.metrics_listen, self)
+            await self.metrics.start()
+        if config.address_file is not None:
+            write_json_atomically(
+                config.address_file,
+                {
+                    "listen": self.listen,
+                    "metrics_listen": self.metrics.bound if self.metrics is not None else None,
+                },
+            )
+        peers = await _peer_addresses(config)
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
@@ -267,7 +331,7 @@ class Sidecar:
             store = MemoryDataStore()
         self.catalog = catalog
         journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
-        self.peers = Peers(config.node_id, config.peers, _channel_factory(config))
+        self.peers = Peers(config.node_id, peers, _channel_factory(config))
         if config.topology == "cassandra":
             from accord_cassandra.topology import topology_from_cassandra
 
@@ -290,12 +354,6 @@ class Sidecar:
             self.peers.send,
             config=node_config(config),
         )
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
         _add_raw_unary(
             server,
             PEER_SERVICE_NAME,
@@ -316,24 +374,15 @@ class Sidecar:
             client_pb2.TransactResponse.SerializeToString,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        credentials = _server_credentials(config)
-        if credentials is None:
-            server.add_insecure_port(config.listen)
-        else:
-            server.add_secure_port(config.listen, credentials)
-        self.server = server
         self.host.start()
         self.peers.start()
         await server.start()
-        if config.metrics_listen is not None:
-            self.metrics = MetricsServer(config.metrics_listen, self)
-            await self.metrics.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
             "sidecar started node=%d listen=%s store=%s replayed=%d seconds=%.2f",
             config.node_id,
-            config.listen,
+            self.listen,
             config.store,
             self.host.replayed,
             time.perf_counter() - started,

@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from accord_cassandra.ports import bind_retrying
 from stacksaga_store.config import StackSagaSettings
 from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.errors import StackSagaError, check_state
@@ -260,7 +261,14 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
         await self.leadership.prepare()
         self._server = grpc.aio.server()
         ring_pb2_grpc.add_RingCoordinatorServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(listen)
+        server = self._server
+
+        async def bind() -> int:
+            return int(server.add_insecure_port(listen))
+
+        # Port 0: any free port (reported by the caller); a fixed port is retried for a while,
+        # since a coordinator restarting on its known address may find it still held.
+        self.port = await bind_retrying(bind, listen)
         await self._server.start()
         self._tasks = [
             asyncio.create_task(self._leadership_loop()),
