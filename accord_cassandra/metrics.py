@@ -5,32 +5,26 @@ transaction: scraping costs the same whatever the traffic, and its ``_count`` on
 The other figures live on the sidecar's own objects (the node's stats, the journal, the
 transport) and are read at scrape time by a custom collector, so nothing is counted twice.
 
-The HTTP server is a small one on the sidecar's event loop rather than prometheus-client's
-threaded one: the collector then reads those objects on the loop that mutates them, never
-mid-update from another thread. Each sidecar has its own registry, so several in one
-process (tests) do not mix their figures.
+Served by :class:`accord_cassandra.metrics_http.MetricsServer` on the sidecar's event loop.
+Each sidecar has its own registry, so several in one process (tests) do not mix figures.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from accord_cassandra.ports import bind_retrying, split_address
+from accord_cassandra.metrics_http import MetricsServer
 
 if TYPE_CHECKING:
     from accord_cassandra.server import Sidecar
 
-logger = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-MAX_REQUEST_BYTES = 8192
 
 
 def commit_latency_histogram() -> Histogram:
@@ -120,6 +114,7 @@ class SidecarCollector(Collector):
 
 
 def registry_of(sidecar: Sidecar) -> CollectorRegistry:
+    """A registry of one sidecar's metrics alone."""
     registry = CollectorRegistry()
     registry.register(SidecarCollector(sidecar))
     return registry
@@ -130,43 +125,11 @@ def render(sidecar: Sidecar) -> str:
     return generate_latest(registry_of(sidecar)).decode()
 
 
-class MetricsServer:
-    """``GET /metrics`` on ``listen`` (port 0: any free port; ``bound`` says which)."""
-
-    def __init__(self, listen: str, sidecar: Sidecar) -> None:
-        self.listen = listen
-        self.address = split_address(listen)
-        self.registry = registry_of(sidecar)
-        self.server: asyncio.Server | None = None
-        self.bound = listen
-
-    async def start(self) -> None:
-        async def bind() -> asyncio.Server:
-            return await asyncio.start_server(self._handle, *self.address)
-
-        self.server = await bind_retrying(bind, self.listen)
-        host, port = self.server.sockets[0].getsockname()[:2]
-        self.bound = f"{host}:{port}"
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.read(MAX_REQUEST_BYTES), timeout=5)
-            if request.startswith(b"GET /metrics"):
-                body = generate_latest(self.registry)
-                head = b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode() + b"\r\n"
-            else:
-                body = b"not found\n"
-                head = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
-            writer.write(
-                head + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
-            )
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            logger.debug("metrics request failed", exc_info=True)
-        finally:
-            writer.close()
+__all__ = [
+    "LATENCY_BUCKETS_SECONDS",
+    "MetricsServer",
+    "SidecarCollector",
+    "commit_latency_histogram",
+    "registry_of",
+    "render",
+]

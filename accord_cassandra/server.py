@@ -36,7 +36,7 @@ from accord_cassandra.datastore import (
 )
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
-from accord_cassandra.metrics import MetricsServer
+from accord_cassandra.metrics import MetricsServer, registry_of
 from accord_cassandra.ports import (
     bind_retrying,
     split_address,
@@ -303,7 +303,7 @@ class Sidecar:
         self.server = server
         self.listen = await _bind(server, config)
         if config.metrics_listen is not None:
-            self.metrics = MetricsServer(config.metrics_listen, self)
+            self.metrics = MetricsServer(config.metrics_listen, registry_of(self))
             await self.metrics.start()
         if config.address_file is not None:
             write_json_atomically(
