@@ -56,7 +56,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
 
         launched = LocalCluster(ClusterSpec(nodes=args.nodes), directory / "cassandra")
         launched.start()
-        session = launched.session()
+        session = launched.connect()
         for statement in BANK_SCHEMA_CQL:
             session.execute(statement)
         cassandra = {"contact_points": launched.contact_points, "keyspaces": ["bank"]}
