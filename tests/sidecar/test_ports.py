@@ -203,3 +203,34 @@ def test_wan_proxies_bind_port_zero_and_report_it(tmp_path: Path) -> None:
                 with socket.create_connection(link.listen, timeout=10) as connection:
                     connection.sendall(b"ping")
                     assert connection.recv(4) == b"ping"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param({"1": "127.0.0.1:5", "3": "127.0.0.1:6"}, r"names nodes \[1, 3\]", id="ids"),
+        pytest.param({"1": "127.0.0.1:5", "2": "127.0.0.1:0"}, "has no port", id="port-0"),
+        pytest.param({"1": "127.0.0.1:5", "2": "nowhere"}, "not host:port", id="address"),
+        pytest.param(["127.0.0.1:5"], "not a mapping", id="list"),
+    ],
+)
+def test_a_bad_peers_file_is_named(tmp_path: Path, content: object, message: str) -> None:
+    from accord_cassandra.server import _peer_addresses
+
+    peers_file = tmp_path / "peers.json"
+    peers_file.write_text(json.dumps(content))
+    path = _sidecar_config(tmp_path, peers={1: "127.0.0.1:0", 2: "127.0.0.1:0"})
+    config = load(path, peers_file=str(peers_file))
+    with pytest.raises(ConfigError, match=message) as caught:
+        asyncio.run(_peer_addresses(config))
+    assert str(peers_file) in str(caught.value)
+
+
+def test_a_good_peers_file_gives_the_addresses(tmp_path: Path) -> None:
+    from accord_cassandra.server import _peer_addresses
+
+    peers_file = tmp_path / "peers.json"
+    peers_file.write_text(json.dumps({"1": "127.0.0.1:5", "2": "127.0.0.1:6"}))
+    path = _sidecar_config(tmp_path, peers={1: "127.0.0.1:0", 2: "127.0.0.1:0"})
+    config = load(path, peers_file=str(peers_file))
+    assert asyncio.run(_peer_addresses(config)) == {1: "127.0.0.1:5", 2: "127.0.0.1:6"}
