@@ -5,22 +5,34 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-saga demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
+.PHONY: venv constraints demo demo-saga demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
 
-$(STAMP): pyproject.toml
+CONSTRAINTS := constraints.txt
+INSTALL_LOG := $(VENV)/install.log
+
+# The tested versions (constraints.txt), quietly: the install's own chatter goes to a log
+# that is shown only when the install fails.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[sidecar,dev]'
+	@( $(PY) -m pip install -q -c $(CONSTRAINTS) pip && \
+	   $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[sidecar,dev]' ) > $(INSTALL_LOG) 2>&1 \
+	  || { cat $(INSTALL_LOG); exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+## After changing dependencies: record the versions of the venv the tests passed in.
+constraints: $(STAMP)
+	@{ sed -n '1,3p' $(CONSTRAINTS); \
+	   $(PY) -m pip freeze --all --exclude-editable | grep -v -i -e '^accord-cassandra' -e '^wheel=='; \
+	 } > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 ## The main demo, no Cassandra needed: three sidecars on the embedded store running
 ## concurrent cross-partition bank transfers, then a simulated 5-node cluster under every
 ## fault with every history verified.
 demo: $(STAMP)
-	$(PY) -m accord_cassandra demo --seconds 10
-	$(PY) -m accord.sim --nodes 5 --rf 3 --txns 300 --seeds 3 --faults all
+	@$(PY) -m accord_cassandra demo --seconds 10
+	@$(PY) -m accord.sim --nodes 5 --rf 3 --txns 300 --seeds 3 --faults all
 
 ## The saga store demo: a 3-step order saga against a local Cassandra node it starts itself.
 demo-saga: $(STAMP) cassandra-jars

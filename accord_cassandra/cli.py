@@ -10,7 +10,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from accord_cassandra.config import ConfigError, load
@@ -33,13 +33,15 @@ def _sidecar(args: argparse.Namespace) -> int:
         _err(str(error))
         return 2
     _log_setup(args.log_level)
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:
         import uvloop
 
-        uvloop.install()
+        loop_factory = uvloop.new_event_loop
     except ImportError:
         logging.getLogger(__name__).info("uvloop unavailable; using the default event loop")
-    asyncio.run(serve(config))
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config))
     return 0
 
 
@@ -54,7 +56,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
 
         launched = LocalCluster(ClusterSpec(nodes=args.nodes), directory / "cassandra")
         launched.start()
-        session = launched.session()
+        session = launched.connect()
         for statement in BANK_SCHEMA_CQL:
             session.execute(statement)
         cassandra = {"contact_points": launched.contact_points, "keyspaces": ["bank"]}
@@ -63,6 +65,8 @@ def _cluster_up(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         store="cassandra" if args.cassandra else "memory",
         cassandra=cassandra,
+        host=args.host,
+        log_level=args.log_level,
     )
     try:
         cluster.start()
@@ -149,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cassandra", action="store_true", help="real Cassandra nodes from the launcher"
     )
     up.add_argument("--dir", help="folder for configs, journals and logs")
+    up.add_argument("--host", default="127.0.0.1", help="address the sidecars listen on")
+    up.add_argument("--log-level", default="info", help="the sidecars' log level")
     up.set_defaults(run=_cluster_up)
     demo = commands.add_parser("demo", help="bank transfers on a local 3-sidecar cluster")
     demo.add_argument("--seconds", type=float, default=10.0)

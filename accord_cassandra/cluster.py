@@ -20,8 +20,10 @@ from typing import Any
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from accord_cassandra.datastore import accord_tables_cql
+from accord_cassandra.ports import read_json, write_json_atomically
 
 BANK_TABLES = {
     "bank.accounts": {"partition_key": [["id", "text"]], "columns": [["balance", "bigint"]]}
@@ -36,12 +38,6 @@ BANK_SCHEMA_CQL = (
 )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass
 class SidecarProcess:
     node_id: int
@@ -50,6 +46,19 @@ class SidecarProcess:
     log_path: Path
     metrics_address: str
     process: subprocess.Popen[bytes] | None = None
+    log_level: str = "info"
+    # Where peers deliver to it: its own peer port (peer_listen) if it has one, else address.
+    peer_address: str = ""
+
+    @property
+    def address_file(self) -> Path:
+        """Where the sidecar writes the addresses it bound (config ``address_file``)."""
+        return self.config_path.with_suffix(".address.json")
+
+    @property
+    def peers_file(self) -> Path:
+        """Where it reads its peers' addresses on first start (config ``peers_file``)."""
+        return self.config_path.with_suffix(".peers.json")
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
@@ -61,6 +70,8 @@ class SidecarProcess:
                 "sidecar",
                 "--config",
                 str(self.config_path),
+                "--log-level",
+                self.log_level,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -111,7 +122,16 @@ def wait_serving(address: str, deadline: float, alive: Callable[[], bool] = lamb
 
 @dataclass
 class LocalSidecars:
-    """``nodes`` sidecars with configs, journals and logs under ``directory``."""
+    """``nodes`` sidecars on ``host`` with configs, journals and logs under ``directory``.
+
+    Ports: every sidecar binds port 0 (gRPC and metrics), so the kernel picks ports no other
+    process holds, and writes what it bound to its address file. Peers must know each
+    other's addresses, which exist only once all have bound, so a first start has two
+    steps: all sidecars bind and report, then each is handed its peers' addresses (its
+    peers file, see ``peer_maps``) and only then serves. Each config is then rewritten with
+    the bound ports, so a restarted sidecar comes back on the address its peers know (it
+    retries that port for a while if the dead process's socket still holds it).
+    """
 
     directory: Path
     nodes: int = 3
@@ -125,19 +145,27 @@ class LocalSidecars:
     peer_secret: str = field(default_factory=lambda: secrets.token_hex(32))
     extra: Mapping[str, Any] = field(default_factory=dict)
     sidecars: dict[int, SidecarProcess] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    log_level: str = "info"
 
     def write_configs(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        addresses = {i: f"127.0.0.1:{free_port()}" for i in range(1, self.nodes + 1)}
-        for node_id, address in addresses.items():
+        any_port = f"{self.host}:0"
+        for node_id in range(1, self.nodes + 1):
+            path = self.directory / f"node{node_id}.yaml"
+            sidecar = SidecarProcess(
+                node_id, "", path, self.directory / f"node{node_id}.log", "", None, self.log_level
+            )
             config: dict[str, Any] = {
                 "node_id": node_id,
-                "listen": address,
-                "peers": addresses,
+                "listen": any_port,
+                "peers": dict.fromkeys(range(1, self.nodes + 1), any_port),
                 "replication_factor": self.replication_factor,
                 "journal_dir": str(self.directory / f"node{node_id}" / "journal"),
                 "store": self.store,
-                "metrics_listen": f"127.0.0.1:{free_port()}",
+                "metrics_listen": any_port,
+                "address_file": str(sidecar.address_file),
+                "peers_file": str(sidecar.peers_file),
                 "peer_auth": "hmac",
                 "peer_keys": {"current": {"id": "local", "secret": self.peer_secret}},
                 **self.extra,
@@ -148,23 +176,57 @@ class LocalSidecars:
                 config["cassandra"] = dict(self.cassandra)
             if self.client_token is not None:
                 config["client_token"] = self.client_token
-            path = self.directory / f"node{node_id}.yaml"
+            for stale in (sidecar.address_file, sidecar.peers_file):
+                stale.unlink(missing_ok=True)
             path.write_text(yaml.safe_dump(config, sort_keys=True))
-            self.sidecars[node_id] = SidecarProcess(
-                node_id,
-                address,
-                path,
-                self.directory / f"node{node_id}.log",
-                config["metrics_listen"],
-            )
+            self.sidecars[node_id] = sidecar
 
     def start(self, timeout: float = 30.0) -> None:
         if not self.sidecars:
             self.write_configs()
+        deadline = time.monotonic() + timeout
         for sidecar in self.sidecars.values():
             if not sidecar.alive():
                 sidecar.start()
-        self.wait_all(timeout)
+        if any(not sidecar.address for sidecar in self.sidecars.values()):
+            self._learn_addresses(deadline)
+            self._hand_out_peers(self.peer_maps())
+        self.wait_all(max(0.0, deadline - time.monotonic()))
+
+    def _learn_addresses(self, deadline: float) -> None:
+        """Wait for every sidecar's address file: the ports the kernel gave it."""
+        for sidecar in self.sidecars.values():
+            while (bound := read_json(sidecar.address_file)) is None:
+                if time.monotonic() >= deadline or not sidecar.alive():
+                    raise RuntimeError(
+                        f"sidecar {sidecar.node_id} did not bind its ports; "
+                        f"log tail:\n{sidecar.log_tail()}"
+                    )
+                time.sleep(0.05)
+            sidecar.address = str(bound["listen"])
+            sidecar.metrics_address = str(bound["metrics_listen"])
+            sidecar.peer_address = str(bound.get("peer_listen") or bound["listen"])
+
+    def peer_maps(self) -> dict[int, dict[int, str]]:
+        """Per sidecar, the address it reaches each peer at (by default the peer's own)."""
+        direct = {node_id: s.peer_address or s.address for node_id, s in self.sidecars.items()}
+        return {node_id: dict(direct) for node_id in self.sidecars}
+
+    def _hand_out_peers(self, peer_maps: Mapping[int, Mapping[int, str]]) -> None:
+        for node_id, sidecar in self.sidecars.items():
+            peers = {int(peer): str(address) for peer, address in peer_maps[node_id].items()}
+            # The config first, with the bound ports and no peers file: what a restart reads.
+            # The running sidecar read its config before it bound, so this cannot confuse it.
+            config = yaml.safe_load(sidecar.config_path.read_text())
+            config.update(
+                listen=sidecar.address, metrics_listen=sidecar.metrics_address, peers=peers
+            )
+            if config.get("peer_listen"):
+                config["peer_listen"] = sidecar.peer_address
+                config["peer_addresses"] = peers
+            config.pop("peers_file", None)
+            sidecar.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
+            write_json_atomically(sidecar.peers_file, peers)
 
     def wait_all(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -199,7 +261,7 @@ class LocalSidecars:
 
 
 def metrics_of(address: str) -> dict[str, float]:
-    """Scrape one sidecar's /metrics into {name{labels}: value}."""
+    """Scrape one sidecar's /metrics into {name{label="value",...}: value} (labels sorted)."""
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as connection:
         connection.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -208,10 +270,10 @@ def metrics_of(address: str) -> dict[str, float]:
             chunks.append(chunk)
     body = b"".join(chunks).split(b"\r\n\r\n", 1)[-1].decode()
     figures: dict[str, float] = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            figures[name] = float(value)
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            figures[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return figures
 
 

@@ -166,6 +166,16 @@ class SidecarConfig(BaseSettings):
     peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     allow_insecure_peers: bool = False
     metrics_listen: str | None = None
+    # Port 0 in ``listen``/``metrics_listen`` lets the kernel pick a free port (no race with
+    # other processes); the addresses actually bound are then written to ``address_file``
+    # (JSON, atomically) as soon as both are bound, before anything else starts.
+    address_file: Path | None = None
+    # Peers' addresses that are not known when the process starts (they bind port 0 too):
+    # the sidecar waits up to ``peers_wait_seconds`` after writing ``address_file`` for this
+    # file (a mapping {node_id: host:port}, written atomically by whoever starts the cluster)
+    # and uses it instead of the addresses in ``peers``.
+    peers_file: Path | None = None
+    peers_wait_seconds: float = Field(default=60.0, gt=0)
     timing: TimingSettings = Field(default_factory=TimingSettings)
     drain_seconds: float = Field(default=5.0, ge=0)
 
@@ -186,7 +196,7 @@ class SidecarConfig(BaseSettings):
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
             host, sep, port = value.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
                 raise ValueError(f"{value!r} is not host:port")
         return value
 
@@ -205,10 +215,11 @@ class SidecarConfig(BaseSettings):
         if self.peer_tls is not None and self.peer_listen is None:
             raise ValueError("peer_tls is the TLS of the peer port: it needs peer_listen")
         if self.peer_listen is not None:
-            if self.peer_listen == self.listen:
+            if self.peer_listen == self.listen and not self.listen.endswith(":0"):
                 raise ValueError(f"peer_listen must differ from listen ({self.listen})")
             missing = sorted(set(self.peers) - set(self.peer_addresses))
-            if missing:
+            # With a peers_file the peer ports arrive in it (every sidecar binds first).
+            if missing and self.peers_file is None:
                 raise ValueError(f"peer_addresses must give the peer port of nodes {missing}")
         unknown = sorted(set(self.peer_addresses) - set(self.peers))
         if unknown:
@@ -226,6 +237,11 @@ class SidecarConfig(BaseSettings):
     def _consistent(self) -> SidecarConfig:
         if self.node_id not in self.peers:
             raise ValueError(f"peers must include this node ({self.node_id})")
+        unknown = sorted(n for n, a in self.peers.items() if n != self.node_id and a.endswith(":0"))
+        if unknown and self.peers_file is None:
+            raise ValueError(
+                f"peers {unknown} have port 0 (not yet known): peers_file must supply them"
+            )
         if self.replication_factor > len(self.peers):
             raise ValueError(
                 f"replication_factor {self.replication_factor} exceeds the {len(self.peers)} peers"

@@ -103,7 +103,7 @@ def accord_tables_cql(keyspace: str) -> list[str]:
 
 def encode_row(value: object) -> bytes | None:
     """A row value (tuple of cells, or None when deleted) for the history table."""
-    return None if value is None else msgpack.packb(list(value), use_bin_type=True)  # type: ignore[arg-type]
+    return None if value is None else msgpack.packb(list(value), use_bin_type=True)  # type: ignore[call-overload]
 
 
 def decode_row(data: bytes | None) -> object:

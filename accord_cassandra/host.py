@@ -24,11 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from prometheus_client import Histogram
+
 from accord import ClientReply, Key, Node, NodeConfig, Topology, Txn
 from accord.api import DataRead, DataWrite, JournalRecord
 from accord.messages import Envelope
 from accord_cassandra.datastore import AsyncDataStore, ReadTooLate
 from accord_cassandra.journal import FileJournal
+from accord_cassandra.metrics import commit_latency_histogram
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ class Overloaded(RuntimeError):
 @dataclass
 class HostMetrics:
     commits: dict[str, int] = field(default_factory=dict)
-    commit_seconds: list[float] = field(default_factory=list)
+    commit_latency: Histogram = field(default_factory=commit_latency_histogram)
     data_retries: int = 0
     reads_too_late: int = 0
     batches: int = 0
@@ -59,9 +62,7 @@ class HostMetrics:
     def observe(self, outcome: str, seconds: float) -> None:
         self.commits[outcome] = self.commits.get(outcome, 0) + 1
         if outcome == "ok":
-            self.commit_seconds.append(seconds)
-            if len(self.commit_seconds) > 100_000:
-                del self.commit_seconds[:50_000]
+            self.commit_latency.observe(seconds)
 
 
 class SidecarHost:

@@ -1,113 +1,140 @@
-"""A Prometheus text endpoint (``GET /metrics``) on a small asyncio HTTP server.
+"""The sidecar's Prometheus metrics (``GET /metrics``), exposed with prometheus-client.
 
-No client library: the exposition format is plain text, and the figures live on the
-sidecar's own objects. Buckets of the commit-latency histogram are in seconds.
+Commit latency is a real :class:`prometheus_client.Histogram`, observed once per committed
+transaction: scraping costs the same whatever the traffic, and its ``_count`` only grows.
+The other figures live on the sidecar's own objects (the node's stats, the journal, the
+transport) and are read at scrape time by a custom collector, so nothing is counted twice.
+
+Served by :class:`accord_cassandra.metrics_http.MetricsServer` on the sidecar's event loop.
+Each sidecar has its own registry, so several in one process (tests) do not mix figures.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from accord_cassandra.metrics_http import MetricsServer
 
 if TYPE_CHECKING:
     from accord_cassandra.server import Sidecar
 
-logger = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-MAX_REQUEST_BYTES = 8192
+
+
+def commit_latency_histogram() -> Histogram:
+    """The commit-latency histogram of one sidecar (in no registry until served)."""
+    return Histogram(
+        "accord_commit_latency_seconds",
+        "Time from submission to a committed outcome, per successful transaction",
+        buckets=LATENCY_BUCKETS_SECONDS,
+        registry=None,
+    )
+
+
+def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, help_text, value=value)
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
+
+
+class SidecarCollector(Collector):
+    """Reads one sidecar's figures at scrape time; yields nothing while it is starting."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+
+    def collect(self) -> Iterator[Metric]:
+        sidecar = self.sidecar
+        host = getattr(sidecar, "host", None)
+        peers = getattr(sidecar, "peers", None)
+        if host is None or peers is None:
+            return
+        node = host.node
+        stats = node.stats
+        journal = host.journal
+        transactions = CounterMetricFamily(
+            "accord_transactions", "Client transactions by outcome", labels=["outcome"]
+        )
+        for outcome, count in sorted(host.metrics.commits.items()):
+            transactions.add_metric([outcome], count)
+        yield transactions
+        yield _counter("accord_fast_path", "Coordinations on the fast path", stats.fast_path)
+        yield _counter("accord_slow_path", "Coordinations on the slow path", stats.slow_path)
+        yield _counter("accord_recoveries", "Recoveries started", stats.recoveries)
+        yield _counter("accord_invalidations", "Transactions invalidated", stats.invalidations)
+        yield _counter("accord_journal_syncs", "Journal fsyncs", journal.syncs)
+        yield _counter(
+            "accord_journal_sync_seconds", "Time spent in journal fsyncs", journal.sync_seconds
+        )
+        yield _counter("accord_journal_records", "Journal records appended", journal.appended)
+        yield _counter(
+            "accord_data_retries", "Data-store operations retried", host.metrics.data_retries
+        )
+        yield _counter(
+            "accord_reads_too_late",
+            "Reads answered by a later write's outcome",
+            host.metrics.reads_too_late,
+        )
+        yield _gauge(
+            "accord_pending_clients", "Client transactions in flight", host.pending_clients()
+        )
+        yield _gauge(
+            "accord_pending_data_operations",
+            "Data-store operations in flight",
+            host.pending_data_ops(),
+        )
+        yield _gauge(
+            "accord_active_coordinations",
+            "Coordinations this node runs",
+            node.coordinator_count(),
+        )
+        depths = GaugeMetricFamily(
+            "accord_peer_queue_depth", "Messages queued per peer", labels=["peer"]
+        )
+        for peer, depth in sorted(peers.queue_depths().items()):
+            depths.add_metric([str(peer)], depth)
+        yield depths
+        yield _counter(
+            "accord_peer_messages_dropped", "Peer messages dropped", peers.metrics.dropped
+        )
+        yield _counter(
+            "accord_peer_messages_refused",
+            "Incoming peer messages refused",
+            peers.metrics.refused,
+        )
+        yield _counter(
+            "accord_peer_batches_unauthenticated",
+            "Incoming peer batches refused for failed authentication",
+            peers.metrics.unauthenticated_batches,
+        )
+        yield from host.metrics.commit_latency.collect()
+
+
+def registry_of(sidecar: Sidecar) -> CollectorRegistry:
+    """A registry of one sidecar's metrics alone."""
+    registry = CollectorRegistry()
+    registry.register(SidecarCollector(sidecar))
+    return registry
 
 
 def render(sidecar: Sidecar) -> str:
-    host = sidecar.host
-    node = host.node
-    stats = node.stats
-    lines = [
-        "# TYPE accord_transactions_total counter",
-        *(
-            f'accord_transactions_total{{outcome="{o}"}} {n}'
-            for o, n in sorted(host.metrics.commits.items())
-        ),
-        "# TYPE accord_fast_path_total counter",
-        f"accord_fast_path_total {stats.fast_path}",
-        "# TYPE accord_slow_path_total counter",
-        f"accord_slow_path_total {stats.slow_path}",
-        "# TYPE accord_recoveries_total counter",
-        f"accord_recoveries_total {stats.recoveries}",
-        "# TYPE accord_invalidations_total counter",
-        f"accord_invalidations_total {stats.invalidations}",
-        "# TYPE accord_journal_syncs_total counter",
-        f"accord_journal_syncs_total {host.journal.syncs}",
-        "# TYPE accord_journal_sync_seconds_total counter",
-        f"accord_journal_sync_seconds_total {host.journal.sync_seconds:.6f}",
-        "# TYPE accord_journal_records_total counter",
-        f"accord_journal_records_total {host.journal.appended}",
-        "# TYPE accord_data_retries_total counter",
-        f"accord_data_retries_total {host.metrics.data_retries}",
-        "# TYPE accord_reads_too_late_total counter",
-        f"accord_reads_too_late_total {host.metrics.reads_too_late}",
-        "# TYPE accord_pending_clients gauge",
-        f"accord_pending_clients {host.pending_clients()}",
-        "# TYPE accord_pending_data_operations gauge",
-        f"accord_pending_data_operations {host.pending_data_ops()}",
-        "# TYPE accord_active_coordinations gauge",
-        f"accord_active_coordinations {node.coordinator_count()}",
-        "# TYPE accord_peer_queue_depth gauge",
-        *(
-            f'accord_peer_queue_depth{{peer="{p}"}} {d}'
-            for p, d in sorted(sidecar.peers.queue_depths().items())
-        ),
-        "# TYPE accord_peer_messages_dropped_total counter",
-        f"accord_peer_messages_dropped_total {sidecar.peers.metrics.dropped}",
-        "# TYPE accord_peer_messages_refused_total counter",
-        f"accord_peer_messages_refused_total {sidecar.peers.metrics.refused}",
-        "# TYPE accord_peer_batches_unauthenticated_total counter",
-        f"accord_peer_batches_unauthenticated_total "
-        f"{sidecar.peers.metrics.unauthenticated_batches}",
-    ]
-    samples = host.metrics.commit_seconds
-    lines.append("# TYPE accord_commit_latency_seconds histogram")
-    for bound in LATENCY_BUCKETS_SECONDS:
-        lines.append(
-            f'accord_commit_latency_seconds_bucket{{le="{bound}"}} '
-            f"{sum(1 for s in samples if s <= bound)}"
-        )
-    lines.append(f'accord_commit_latency_seconds_bucket{{le="+Inf"}} {len(samples)}')
-    lines.append(f"accord_commit_latency_seconds_sum {sum(samples):.6f}")
-    lines.append(f"accord_commit_latency_seconds_count {len(samples)}")
-    return "\n".join(lines) + "\n"
+    """The exposition text of one sidecar's metrics."""
+    return generate_latest(registry_of(sidecar)).decode()
 
 
-class MetricsServer:
-    def __init__(self, listen: str, sidecar: Sidecar) -> None:
-        host, _, port = listen.rpartition(":")
-        self.address = (host, int(port))
-        self.sidecar = sidecar
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._handle, *self.address)
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.read(MAX_REQUEST_BYTES), timeout=5)
-            if request.startswith(b"GET /metrics"):
-                body = render(self.sidecar).encode()
-                head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-            else:
-                body = b"not found\n"
-                head = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
-            writer.write(
-                head + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
-            )
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            logger.debug("metrics request failed", exc_info=True)
-        finally:
-            writer.close()
+__all__ = [
+    "LATENCY_BUCKETS_SECONDS",
+    "MetricsServer",
+    "SidecarCollector",
+    "commit_latency_histogram",
+    "registry_of",
+    "render",
+]

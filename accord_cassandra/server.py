@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import NodeConfig, Topology, ring_topology
-from accord_cassandra.config import SidecarConfig
+from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
     AsyncDataStore,
@@ -37,8 +37,14 @@ from accord_cassandra.datastore import (
 )
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
-from accord_cassandra.metrics import MetricsServer
+from accord_cassandra.metrics import MetricsServer, registry_of
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
+from accord_cassandra.ports import (
+    bind_retrying,
+    split_address,
+    wait_for_json,
+    write_json_atomically,
+)
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import RequestError, to_response, to_txn
 from accord_cassandra.transport import Peers, PeerServicer
@@ -203,6 +209,54 @@ def _peer_keys(config: SidecarConfig) -> tuple[PeerKey | None, list[PeerKey]]:
     return current, accepted
 
 
+async def _bind(server: grpc.aio.Server, config: SidecarConfig) -> str:
+    """Bind the gRPC port (port 0: any free one); returns the address bound."""
+    credentials = _server_credentials(config)
+
+    async def bind() -> int:
+        if credentials is None:
+            return int(server.add_insecure_port(config.listen))
+        return int(server.add_secure_port(config.listen, credentials))
+
+    host, _ = split_address(config.listen)
+    return f"{host}:{await bind_retrying(bind, config.listen)}"
+
+
+async def _bind_peer(server: grpc.aio.Server, config: SidecarConfig, listen: str) -> str:
+    """Bind the separate peer port (port 0: any free one); returns the address bound."""
+    credentials = _peer_server_credentials(config)
+
+    async def bind() -> int:
+        if credentials is None:
+            return int(server.add_insecure_port(listen))
+        return int(server.add_secure_port(listen, credentials))
+
+    host, _ = split_address(listen)
+    return f"{host}:{await bind_retrying(bind, listen)}"
+
+
+async def _peer_addresses(config: SidecarConfig) -> dict[int, str]:
+    """``peers``, or with ``peers_file`` the addresses in it once it appears."""
+    if config.peers_file is None:
+        return dict(config.peers)
+    found = await wait_for_json(config.peers_file, config.peers_wait_seconds)
+    try:
+        peers = {int(node): str(address) for node, address in dict(found).items()}
+        for address in peers.values():
+            if split_address(address)[1] == 0:
+                raise ValueError(f"{address!r} has no port")
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            f"peers_file {config.peers_file}: not a mapping of node id to host:port ({error})"
+        ) from None
+    if set(peers) != set(config.peers):
+        raise ConfigError(
+            f"peers_file {config.peers_file} names nodes {sorted(peers)}, "
+            f"the config's peers are {sorted(config.peers)}"
+        )
+    return peers
+
+
 def _connect_cassandra(config: SidecarConfig) -> Any:
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
@@ -283,11 +337,46 @@ class Sidecar:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.peer_server: grpc.aio.Server | None = None
+        self.peer_listen: str | None = None
         self.metrics: MetricsServer | None = None
+        self.listen = config.listen
 
     async def start(self) -> None:
         config = self.config
         started = time.perf_counter()
+        # Ports first: with port 0 the kernel picks them, and whoever started this process
+        # learns them from the address file (and may only then know every peer's address).
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self.server = server
+        self.listen = await _bind(server, config)
+        peer_server = server
+        if config.peer_listen is not None:
+            peer_server = grpc.aio.server(
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.so_reuseport", 0),
+                ]
+            )
+            self.peer_server = peer_server
+            self.peer_listen = await _bind_peer(peer_server, config, config.peer_listen)
+        if config.metrics_listen is not None:
+            self.metrics = MetricsServer(config.metrics_listen, registry_of(self))
+            await self.metrics.start()
+        if config.address_file is not None:
+            write_json_atomically(
+                config.address_file,
+                {
+                    "listen": self.listen,
+                    "metrics_listen": self.metrics.bound if self.metrics is not None else None,
+                    "peer_listen": self.peer_listen,
+                },
+            )
+        peers = await _peer_addresses(config)
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
@@ -308,7 +397,7 @@ class Sidecar:
         signing, accepted = _peer_keys(config)
         self.peers = Peers(
             config.node_id,
-            {node: config.peer_addresses.get(node, a) for node, a in config.peers.items()},
+            {node: config.peer_addresses.get(node, a) for node, a in peers.items()},
             _channel_factory(config),
             BatchStamper(signing),
         )
@@ -342,26 +431,6 @@ class Sidecar:
             self.peers.send,
             config=node_config(config),
         )
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
-        peer_server = server
-        if config.peer_listen is not None:
-            peer_server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.so_reuseport", 0),
-                ]
-            )
-            credentials = _peer_server_credentials(config)
-            if credentials is None:
-                peer_server.add_insecure_port(config.peer_listen)
-            else:
-                peer_server.add_secure_port(config.peer_listen, credentials)
-            self.peer_server = peer_server
         _add_raw_unary(
             peer_server,
             PEER_SERVICE_NAME,
@@ -384,28 +453,19 @@ class Sidecar:
             client_pb2.TransactResponse.SerializeToString,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        credentials = _server_credentials(config)
-        if credentials is None:
-            server.add_insecure_port(config.listen)
-        else:
-            server.add_secure_port(config.listen, credentials)
-        self.server = server
         self.host.start()
         self.peers.start()
         await server.start()
         if self.peer_server is not None:
             await self.peer_server.start()
-        if config.metrics_listen is not None:
-            self.metrics = MetricsServer(config.metrics_listen, self)
-            await self.metrics.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
             "sidecar started node=%d listen=%s peer_listen=%s peer_auth=%s store=%s "
             "replayed=%d seconds=%.2f",
             config.node_id,
-            config.listen,
-            config.peer_listen or config.listen,
+            self.listen,
+            self.peer_listen or self.listen,
             config.peer_auth,
             config.store,
             self.host.replayed,

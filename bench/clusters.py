@@ -1,7 +1,8 @@
 """Clusters for the suites: sidecars and Cassandra nodes behind per-link WAN proxies.
 
-Addresses. Everything is on loopback. Sidecars listen on 127.0.0.1 at free ports (as
-``LocalSidecars`` does); their proxies too. Cassandra nodes the bench launches listen on
+Addresses. Everything is on loopback. Sidecars listen on 127.0.0.1 at ports the kernel picks
+(port 0, as ``LocalSidecars`` does); their proxies too, started once the sidecars have bound
+and before they learn their peers' (proxied) addresses. Cassandra nodes the bench launches listen on
 ``127.0.88.1-3`` (``BENCH_CASSANDRA_FIRST_IP`` moves them) and, when their internode links are
 delayed, announce ``127.0.89.1-3`` (``BENCH_CASSANDRA_PROXY_FIRST_IP``) where the proxies
 listen: the tests use 127.0.0.1-3 and 127.0.1.1, the saga bench 127.0.77.1.
@@ -21,11 +22,9 @@ from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from accord_cassandra.cluster import LocalSidecars, SidecarProcess
 from bench.report import note
-from bench.wan import REGIONS, Link, ProxyProcess, RttMatrix, free_port
+from bench.wan import REGIONS, Link, ProxyProcess, RttMatrix
 
 FIRST_IP_ENV = "BENCH_CASSANDRA_FIRST_IP"
 PROXY_FIRST_IP_ENV = "BENCH_CASSANDRA_PROXY_FIRST_IP"
@@ -78,6 +77,7 @@ class WrappedSidecarProcess(SidecarProcess):
         import sys
 
         command = [sys.executable, "-m", "bench.sidecar_wrapper", "--config", str(self.config_path)]
+        command += ["--log-level", self.log_level]
         if self.offset_ms:
             command += ["--offset-ms", str(self.offset_ms)]
         if self.profile_out is not None:
@@ -112,8 +112,6 @@ class BenchSidecars(LocalSidecars):
         super().write_configs()
         self.links = []
         for node_id, sidecar in sorted(self.sidecars.items()):
-            if self.matrix is not None:
-                self._route_through_proxies(node_id, sidecar, self.matrix)
             offset = float(self.clock_offset_ms.get(node_id, 0.0))
             if offset or self.profile or self.nice:
                 self.sidecars[node_id] = WrappedSidecarProcess(
@@ -122,6 +120,7 @@ class BenchSidecars(LocalSidecars):
                     sidecar.config_path,
                     sidecar.log_path,
                     sidecar.metrics_address,
+                    log_level=sidecar.log_level,
                     offset_ms=offset,
                     profile_out=self.profile_path(node_id) if self.profile else None,
                     nice=self.nice,
@@ -130,36 +129,38 @@ class BenchSidecars(LocalSidecars):
     def profile_path(self, node_id: int) -> Path:
         return self.directory / f"node{node_id}.prof"
 
-    def _route_through_proxies(
-        self, node_id: int, sidecar: SidecarProcess, matrix: RttMatrix
-    ) -> None:
-        peers: dict[int, str] = {}
-        for other_id, other in sorted(self.sidecars.items()):
-            if other_id == node_id:
-                peers[other_id] = sidecar.address
-                continue
-            port = free_port(SIDECAR_HOST)
-            self.links.append(
-                Link(
-                    f"sidecar{node_id}->sidecar{other_id}",
-                    (SIDECAR_HOST, port),
-                    _host_port(other.address),
-                    matrix.one_way_ms(region_of(node_id), region_of(other_id)),
-                    matrix.jitter_ms,
-                )
+    def peer_maps(self) -> dict[int, dict[int, str]]:
+        """Without a matrix, peers are direct; with one, sidecar *i* reaches *j* through
+        proxy *(i, j)*, started here (all sidecars have bound, none serves yet: a sidecar's
+        first messages find its links listening)."""
+        maps = super().peer_maps()
+        if self.matrix is None:
+            return maps
+        routes = [
+            (node_id, other_id)
+            for node_id in sorted(self.sidecars)
+            for other_id in sorted(self.sidecars)
+            if other_id != node_id
+        ]
+        links = [
+            Link(
+                f"sidecar{node_id}->sidecar{other_id}",
+                (SIDECAR_HOST, 0),
+                _host_port(self.sidecars[other_id].address),
+                self.matrix.one_way_ms(region_of(node_id), region_of(other_id)),
+                self.matrix.jitter_ms,
             )
-            peers[other_id] = f"{SIDECAR_HOST}:{port}"
-        config = yaml.safe_load(sidecar.config_path.read_text())
-        config["peers"] = peers
-        sidecar.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
+            for node_id, other_id in routes
+        ]
+        self.proxies = ProxyProcess(links, self.directory / "wan")
+        self.proxies.start()
+        # The proxy process reports the ports it bound, in the order of the links.
+        self.links = self.proxies.links
+        for (node_id, other_id), link in zip(routes, self.links, strict=True):
+            maps[node_id][other_id] = f"{link.listen[0]}:{link.listen[1]}"
+        return maps
 
     def start(self, timeout: float = 60.0) -> None:
-        if not self.sidecars:
-            self.write_configs()
-        if self.links:
-            # The proxies first: a sidecar's first messages must find its links listening.
-            self.proxies = ProxyProcess(self.links, self.directory / "wan")
-            self.proxies.start()
         try:
             super().start(timeout)
         except BaseException:

@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile-out")
     parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("--config", required=True)
+    parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     if args.nice:
         # Only root may lower niceness; elsewhere the sidecar keeps the default priority.
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # Patched before the sidecar builds its node, so every reading goes through it.
         host.WallClock.now_micros = shifted_now  # type: ignore[method-assign]
-    command = ["sidecar", "--config", args.config]
+    command = ["sidecar", "--config", args.config, "--log-level", args.log_level]
     if not args.profile_out:
         return sidecar_main(command)
     profiler = cProfile.Profile()

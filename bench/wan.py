@@ -19,8 +19,9 @@ What it does not model: bandwidth limits, loss, and the per-packet spreading of 
 :func:`calibrate` and reported beside every figure produced through it.
 
 ``python -m bench.wan --spec links.json`` runs the links of a JSON list in their own process
-(so the load generator's event loop cannot delay the proxies) and prints ``ready`` once all
-listen; SIGTERM stops it.
+(so the load generator's event loop cannot delay the proxies) and prints ``ready`` and the
+addresses bound (JSON, by link name) once all listen; SIGTERM stops it. A link whose listen
+port is 0 gets whatever free port the kernel picks, so nothing races for ports.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,8 @@ class DelayProxy:
 
     def __init__(self, link: Link, *, seed: int = 0) -> None:
         self.link = link
+        # The address listened on: the link's, with the kernel's port when that was 0.
+        self.bound = link.listen
         self.stats = LinkStats()
         self._rng = random.Random(seed)
         self._server: asyncio.Server | None = None
@@ -212,6 +215,8 @@ class DelayProxy:
     async def start(self) -> None:
         host, port = self.link.listen
         self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        bound = self._server.sockets[0].getsockname()
+        self.bound = (str(bound[0]), int(bound[1]))
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -361,6 +366,9 @@ class ProxySet:
     def stats(self) -> dict[str, dict[str, Any]]:
         return {p.link.name: _stats_json(p.stats) for p in self.proxies}
 
+    def bound(self) -> dict[str, tuple[str, int]]:
+        return {p.link.name: p.bound for p in self.proxies}
+
     def trace(self) -> list[tuple[float, str, str, int]]:
         entries = [entry for p in self.proxies for entry in (p.trace or [])]
         return sorted(entries)
@@ -409,7 +417,14 @@ class ProxyProcess:
         # One line is expected; the deadline bounds a proxy that hangs before printing it.
         while time.monotonic() < deadline:
             line = self.process.stdout.readline()
-            if line.strip() == "ready":
+            word, _, bound = line.strip().partition(" ")
+            if word == "ready":
+                addresses = json.loads(bound)
+                self.links = [
+                    replace(link, listen=(str(found[0]), int(found[1])))
+                    for link in self.links
+                    for found in [addresses[link.name]]
+                ]
                 return
             if not line and self.process.poll() is not None:
                 break
@@ -450,7 +465,7 @@ async def _serve(links: Sequence[Link], stats_path: Path | None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with ProxySet(links) as proxies:
-        sys.stdout.write("ready\n")
+        sys.stdout.write(f"ready {json.dumps(proxies.bound())}\n")
         sys.stdout.flush()
         await stop.wait()
         if stats_path is not None:
@@ -480,13 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------------------------------
-# Ports and calibration
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+# Calibration
 
 
 @contextlib.contextmanager
@@ -533,11 +542,10 @@ def calibrate(
     rows = []
     with echo_server(host) as target:
         links = [
-            Link(f"calibrate-{value}", (host, free_port(host)), target, value)
-            for value in one_way_ms_values
+            Link(f"calibrate-{value}", (host, 0), target, value) for value in one_way_ms_values
         ]
-        with _temporary_directory() as directory, ProxyProcess(links, directory):
-            for link in links:
+        with _temporary_directory() as directory, ProxyProcess(links, directory) as proxies:
+            for link in proxies.links:
                 rtts = _ping(link.listen, samples)
                 rows.append(
                     {

@@ -47,6 +47,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from accord_cassandra.ports import bind_retrying
 from stacksaga_store.config import StackSagaSettings
 from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.errors import StackSagaError, check_state
@@ -300,10 +301,17 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(_SERVICE, handlers),)
         )
-        if self.credentials is None:
-            self.port = self._server.add_insecure_port(listen)
-        else:
-            self.port = self._server.add_secure_port(listen, self.credentials)
+        server = self._server
+        credentials = self.credentials
+
+        async def bind() -> int:
+            if credentials is None:
+                return int(server.add_insecure_port(listen))
+            return int(server.add_secure_port(listen, credentials))
+
+        # Port 0: any free port (reported by the caller); a fixed port is retried for a while,
+        # since a coordinator restarting on its known address may find it still held.
+        self.port = await bind_retrying(bind, listen)
         await self._server.start()
         self._tasks = [
             asyncio.create_task(self._leadership_loop()),

@@ -13,16 +13,7 @@ from typing import Any
 
 from maelstrom.history import Event, EventType
 from maelstrom.node import MaelstromNode, NodeOptions
-
-
-class ManualClock:
-    """Accord's clock, advanced only by the test."""
-
-    def __init__(self) -> None:
-        self.micros = 1_000_000
-
-    def now_micros(self) -> int:
-        return self.micros
+from tests.clocks import ManualClock
 
 
 class LocalCluster:

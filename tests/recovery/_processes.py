@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,12 +22,6 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_config(directory: Path, overrides: dict[str, Any], driver_text: str) -> Path:
@@ -83,6 +77,14 @@ class Child:
             f"{self.name}: no {text!r} within {timeout} s:\n{self.output()[-3000:]}"
         )
 
+    def wait_for_address(self, timeout: float) -> str:
+        """The ``host:port`` a coordinator prints once it has bound its port."""
+        self.wait_for_output("serving on ", timeout)
+        found = re.search(r"serving on (\S+:\d+)", self.output())
+        if found is None:
+            raise AssertionError(f"{self.name}: no address in:\n{self.output()[-3000:]}")
+        return found.group(1)
+
     def kill(self) -> None:
         """SIGKILL: a crash at an arbitrary instant."""
         if self.alive():
@@ -111,7 +113,9 @@ class Children:
         self.children.append(child)
         return child
 
-    def coordinator(self, name: str, config: Path, port: int) -> Child:
+    def coordinator(self, name: str, config: Path, port: int = 0) -> Child:
+        """A ring coordinator process; port 0 (any free port) unless it restarts on the
+        address its clients know (``wait_for_address`` says which port it got)."""
         argv = [
             sys.executable,
             "-m",

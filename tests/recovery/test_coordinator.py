@@ -37,7 +37,7 @@ from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
 from stacksaga_store.writer import RecoveryWriter
 from tests.recovery._helpers import DispatchRecord, RecordingDispatcher, dump_directory
-from tests.recovery._processes import children, free_port, write_config
+from tests.recovery._processes import children, write_config
 from tests.recovery._worker import LoggingDispatcher, read_lines
 from tests.recovery.conftest import T0, recovery_overrides
 from tests.stacksaga.conftest import run
@@ -167,13 +167,12 @@ def test_two_retry_nodes_survive_a_coordinator_restart(
         settings = load_settings(config)
         runtime = await open_runtime(settings, driver_config=recovery_driver)  # type: ignore[arg-type]
         clock = ManualClock(T0)
-        ports = [free_port(), free_port()]
-        addresses = [f"127.0.0.1:{port}" for port in ports]
         with children(tmp_path) as group:
-            master = group.coordinator("master", config, ports[0])
-            master.wait_for_output("serving on", 60)
-            standby = group.coordinator("standby", config, ports[1])
-            standby.wait_for_output("serving on", 60)
+            master = group.coordinator("master", config)
+            master_address = master.wait_for_address(60)
+            standby = group.coordinator("standby", config)
+            addresses = [master_address, standby.wait_for_address(60)]
+            master_port = int(master_address.rpartition(":")[2])
             engine = await RecoveryEngine.open(runtime, clock=clock)
             try:
                 # 60 writer instances, 5 retry pointers each, in window W+1 of T0.
@@ -199,7 +198,7 @@ def test_two_retry_nodes_survive_a_coordinator_restart(
                     await wait_until(lambda: len(log) >= 40, 60, "the first 40 dispatches")
                     master.kill()  # the coordinator master dies mid-window
                     killed_at = len(log)
-                    restarted = group.coordinator("master-again", config, ports[0])
+                    restarted = group.coordinator("master-again", config, master_port)
                     await wait_until(
                         lambda: len({r.transaction_id for r in log}) == len(txns),
                         90,

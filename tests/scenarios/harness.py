@@ -14,14 +14,7 @@ from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Envelope, Message
 from accord.primitives import Key, Timestamp, TxnId, Value
 from accord.topology import Topology
-
-
-class ManualClock:
-    def __init__(self, micros: int = 1_000_000) -> None:
-        self.micros = micros
-
-    def now_micros(self) -> int:
-        return self.micros
+from tests.clocks import ManualClock
 
 
 @dataclass

@@ -26,7 +26,7 @@ from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
 from accord.messages.codec import encode_message
 from accord.primitives import Deps, Kind, Route, Timestamp, execute
 from accord_cassandra.client import Client, Transaction
-from accord_cassandra.cluster import LocalSidecars, free_port, metrics_of
+from accord_cassandra.cluster import LocalSidecars, metrics_of
 from accord_cassandra.config import ConfigError, load
 from accord_cassandra.peerauth import BatchStamper, PeerKey
 from accord_cassandra.schema import Catalog
@@ -279,13 +279,13 @@ def peer_port_cluster(base: Path, peer_auth: str) -> tuple[LocalSidecars, Path]:
         extra={"drain_seconds": 2, "peer_auth": peer_auth},
     )
     cluster.write_configs()
-    peer_addresses = {n: f"127.0.0.1:{free_port()}" for n in cluster.sidecars}
     for node_id, sidecar in cluster.sidecars.items():
         config = yaml.safe_load(sidecar.config_path.read_text())
         if peer_auth != "hmac":
             del config["peer_keys"]
-        config["peer_listen"] = peer_addresses[node_id]
-        config["peer_addresses"] = peer_addresses
+        # Port 0: each binds its own peer port and reports it; LocalSidecars hands the
+        # bound peer ports out as the peers' addresses.
+        config["peer_listen"] = "127.0.0.1:0"
         config["peer_tls"] = {
             "certificate": str(certs / f"accord-node-{node_id}.crt"),
             "private_key": str(certs / f"accord-node-{node_id}.key"),

@@ -195,7 +195,7 @@ def test_busy_port_is_named(listener: tuple[str, int], tmp_path: Path) -> None:
     assert not (tmp_path / launcher.STATE_FILE).exists()
 
 
-def test_free_ports_are_not_reported() -> None:
+def test_ports_nobody_holds_are_not_reported() -> None:
     assert launcher.busy_ports([("127.0.77.8", 7000), ("127.0.77.8", 9042)]) == []
 
 
