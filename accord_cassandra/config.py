@@ -89,6 +89,9 @@ class SidecarConfig(BaseSettings):
     metrics_listen: str | None = None
     timing: TimingSettings = Field(default_factory=TimingSettings)
     drain_seconds: float = Field(default=5.0, ge=0)
+    # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
+    # refused, since the HLC would follow it for good.
+    max_clock_skew_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @classmethod
     def settings_customise_sources(

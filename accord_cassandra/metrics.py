@@ -62,6 +62,8 @@ def render(sidecar: Sidecar) -> str:
         f"accord_peer_messages_dropped_total {sidecar.peers.metrics.dropped}",
         "# TYPE accord_peer_messages_refused_total counter",
         f"accord_peer_messages_refused_total {sidecar.peers.metrics.refused}",
+        "# TYPE accord_peer_messages_invalid_total counter",
+        f"accord_peer_messages_invalid_total {sidecar.peers.metrics.invalid}",
     ]
     samples = host.metrics.commit_seconds
     lines.append("# TYPE accord_commit_latency_seconds histogram")

@@ -26,8 +26,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import NodeConfig, Topology, ring_topology
 from accord_cassandra.config import SidecarConfig
+from accord.messages.validate import MessageLimits
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
+    MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
     MemoryDataStore,
@@ -38,7 +40,13 @@ from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
 from accord_cassandra.metrics import MetricsServer
 from accord_cassandra.schema import Catalog
-from accord_cassandra.translate import RequestError, to_response, to_txn
+from accord_cassandra.translate import (
+    MAX_LETS,
+    MAX_MUTATIONS,
+    RequestError,
+    to_response,
+    to_txn,
+)
 from accord_cassandra.transport import Peers, PeerServicer
 from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2
 
@@ -228,6 +236,15 @@ def node_config(config: SidecarConfig) -> NodeConfig:
     )
 
 
+def message_limits(config: SidecarConfig) -> MessageLimits:
+    # Clients can name at most MAX_LETS + MAX_MUTATIONS keys; a peer's txn never more.
+    return MessageLimits(
+        max_future_skew_micros=int(config.max_clock_skew_seconds * 1_000_000),
+        max_node_id=MAX_NODE_ID,
+        max_keys=MAX_LETS + MAX_MUTATIONS,
+    )
+
+
 def static_topology(config: SidecarConfig) -> Topology:
     return ring_topology(
         sorted(config.peers),
@@ -289,6 +306,7 @@ class Sidecar:
             store,
             self.peers.send,
             config=node_config(config),
+            limits=message_limits(config),
         )
         server = grpc.aio.server(
             options=[
