@@ -42,8 +42,12 @@ MAX_PENDING_CLIENTS = 10_000
 # memory and the journal (20 forged 2,000-key PreAccepts took a node from 82 MB to 300 MB).
 # An honest coordinator has at most MAX_PENDING_CLIENTS of its own in flight.
 MAX_UNDECIDED_PER_PEER = 2 * MAX_PENDING_CLIENTS
-# Keys plus deps entries of those transactions (a few hundred bytes each in memory).
-MAX_UNDECIDED_COST_PER_PEER = 200_000
+# Keys plus deps entries of those transactions (a few hundred bytes each in memory). Deps
+# grow quadratically with transactions on the same keys, and so does recovering them: 63
+# forged 100-key PreAccepts (cost 200k) left a node recovering them for good and timing
+# out on every other key, 40 (84k) were invalidated within seconds. An honest coordinator
+# reaches 50k with ~180 transactions undecided at once on the same 3 keys.
+MAX_UNDECIDED_COST_PER_PEER = 50_000
 
 
 class WallClock:
