@@ -25,8 +25,8 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import NodeConfig, Topology, ring_topology
-from accord_cassandra.config import SidecarConfig
 from accord.messages.validate import MessageLimits
+from accord_cassandra.config import SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
     MAX_NODE_ID,

@@ -16,6 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
+from accord.messages.codec import encode_message
 from accord.primitives import (
     Const,
     Deps,
@@ -28,8 +30,6 @@ from accord.primitives import (
     Update,
     WriteOp,
 )
-from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
-from accord.messages.codec import encode_message
 from accord_cassandra.client import Client, Transaction
 from accord_cassandra.cluster import LocalSidecars, metrics_of
 from accord_cassandra.schema import Catalog
