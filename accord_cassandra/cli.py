@@ -25,8 +25,13 @@ def _log_setup(level: str) -> None:
 
 
 def _sidecar(args: argparse.Namespace) -> int:
-    from accord_cassandra.server import serve
+    import os
 
+    from accord_cassandra.config import unknown_environment
+    from accord_cassandra.server import StartupError, serve
+
+    for name in unknown_environment(os.environ):
+        _err(f"warning: {name} sets no config field; ignored")
     try:
         config = load(Path(args.config))
     except ConfigError as error:
@@ -39,7 +44,11 @@ def _sidecar(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         logging.getLogger(__name__).info("uvloop unavailable; using the default event loop")
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except StartupError as error:
+        _err(str(error))
+        return 1
     return 0
 
 

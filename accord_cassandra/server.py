@@ -37,7 +37,7 @@ from accord_cassandra.datastore import (
     tables_from_cluster,
 )
 from accord_cassandra.host import Overloaded, SidecarHost
-from accord_cassandra.journal import FileJournal
+from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import (
@@ -65,6 +65,10 @@ RECONNECT_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 ACCORD_TABLES_WAIT_SECONDS = 30.0
+
+
+class StartupError(RuntimeError):
+    """The sidecar cannot start; the message names the setting and the problem."""
 
 
 class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
@@ -283,7 +287,10 @@ class Sidecar:
             catalog = Catalog.from_mapping(config.tables)
             store = MemoryDataStore()
         self.catalog = catalog
-        journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
+        try:
+            journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
+        except (JournalCorrupt, OSError) as error:
+            raise StartupError(f"journal_dir: {error}") from None
         self.peers = Peers(config.node_id, config.peers, _channel_factory(config))
         if config.topology == "cassandra":
             from accord_cassandra.topology import topology_from_cassandra
@@ -335,17 +342,28 @@ class Sidecar:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         credentials = _server_credentials(config)
-        if credentials is None:
-            server.add_insecure_port(config.listen)
-        else:
-            server.add_secure_port(config.listen, credentials)
+        try:
+            if credentials is None:
+                bound = server.add_insecure_port(config.listen)
+            else:
+                bound = server.add_secure_port(config.listen, credentials)
+        except RuntimeError as error:  # grpc raises when it cannot bind
+            raise StartupError(f"listen: cannot bind {config.listen}: {error}") from None
+        if not bound:
+            raise StartupError(f"listen: cannot bind {config.listen} (in use?)")
         self.server = server
+        # Bound before anything runs, so that a port in use fails the start cleanly.
+        if config.metrics_listen is not None:
+            self.metrics = MetricsServer(config.metrics_listen, self)
+            try:
+                await self.metrics.start()
+            except OSError as error:
+                raise StartupError(
+                    f"metrics_listen: cannot bind {config.metrics_listen}: {error.strerror}"
+                ) from None
         self.host.start()
         self.peers.start()
         await server.start()
-        if config.metrics_listen is not None:
-            self.metrics = MetricsServer(config.metrics_listen, self)
-            await self.metrics.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
