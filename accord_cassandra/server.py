@@ -67,6 +67,19 @@ RECONNECT_OPTIONS = (
 ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
+# Error details travel in a gRPC header (percent-encoded, so up to 3x longer): an error
+# echoing a 64 KiB value overflowed the client's metadata limit and arrived as
+# RESOURCE_EXHAUSTED instead of the real error.
+MAX_DETAILS_CHARS = 1024
+
+
+def fit_details(details: str) -> str:
+    """``details`` cut to fit gRPC metadata, saying it was cut."""
+    if len(details) <= MAX_DETAILS_CHARS:
+        return details
+    return f"{details[: MAX_DETAILS_CHARS - 40]}... ({len(details)} characters, truncated)"
+
+
 class StartupError(RuntimeError):
     """The sidecar cannot start; the message names the setting and the problem."""
 
@@ -87,7 +100,13 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> client_pb2.TransactResponse:
         if self.token is not None:
-            supplied = dict(context.invocation_metadata() or ()).get("authorization", "")
+            headers = [v for k, v in context.invocation_metadata() or () if k == "authorization"]
+            if len(headers) > 1:
+                # Which one would count differs between proxies and servers: refuse both.
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header"
+                )
+            supplied = headers[0] if headers else ""
             # Constant-time, so response timing says nothing about how much of it matched.
             if not hmac.compare_digest(str(supplied).encode(), self.expected_authorization):
                 await context.abort(
@@ -98,17 +117,18 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                 request = client_pb2.TransactRequest.FromString(request)
             except DecodeError as error:
                 await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"malformed TransactRequest: {error}"
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    fit_details(f"malformed TransactRequest: {error}"),
                 )
         assert isinstance(request, client_pb2.TransactRequest)
         try:
             translation = to_txn(request, self.catalog)
         except RequestError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, fit_details(str(error)))
         try:
             reply = await self.host.submit(translation.txn, timeout=self.timeout)
         except Overloaded as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, fit_details(str(error)))
         except TimeoutError:
             await context.abort(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
