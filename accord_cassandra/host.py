@@ -89,6 +89,7 @@ class SidecarHost:
         config: NodeConfig | None = None,
         seed: int | None = None,
         limits: MessageLimits | None = None,
+        check_data: Callable[[Envelope], None] | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -104,6 +105,9 @@ class SidecarHost:
         )
         self.metrics = HostMetrics()
         self.limits = limits or MessageLimits()
+        # The data store's own checks (keys of served tables, rows that fit their columns):
+        # raises InvalidMessage for what could never be written.
+        self._check_data = check_data
         self._clock = WallClock()
         # Undecided transactions by the node that minted their TxnId: txn id -> cost.
         self._undecided: dict[int, dict[Timestamp, int]] = {}
@@ -172,6 +176,8 @@ class SidecarHost:
         the sender's fault: the message is refused and the node carries on.
         """
         validate(envelope, self.node.topology, self._clock.now_micros(), self.limits)
+        if self._check_data is not None:
+            self._check_data(envelope)
         admitted = self._admit(envelope)
         try:
             self.node.step(envelope)

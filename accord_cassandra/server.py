@@ -17,6 +17,7 @@ import hmac
 import logging
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from accord import NodeConfig, Topology, ring_topology
-from accord.messages.validate import MessageLimits
+from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord.messages import Envelope
+from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
@@ -39,7 +41,7 @@ from accord_cassandra.datastore import (
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer
-from accord_cassandra.schema import Catalog
+from accord_cassandra.schema import Catalog, SchemaError, check_key, check_row, check_type
 from accord_cassandra.translate import (
     MAX_LETS,
     MAX_MUTATIONS,
@@ -260,6 +262,38 @@ def node_config(config: SidecarConfig) -> NodeConfig:
     )
 
 
+def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
+    """Refuse peer messages whose keys or written rows the store could never take.
+
+    A write that cannot land must never be committed: every replica would retry it forever
+    and every transaction on its key would wait behind it.
+    """
+
+    def check(envelope: Envelope) -> None:
+        body = envelope.body
+        txn = getattr(body, "txn", None)
+        route = getattr(body, "route", None)
+        try:
+            for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
+                check_key(catalog, key)
+            for put in txn.update.writes if txn and txn.update else ():
+                if isinstance(put, Put) and isinstance(put.value, MakeTuple):
+                    table = catalog.for_key(put.key)
+                    if len(put.value.items) != len(table.columns):
+                        raise SchemaError(f"{table.qualified}: a row of the wrong width")
+                    for (name, cql_type), item in zip(table.columns, put.value.items, strict=True):
+                        if isinstance(item, Const):
+                            check_type(f"{table.qualified}.{name}", cql_type, item.value)
+            for write in getattr(body, "writes", None) or ():
+                table = check_key(catalog, write.key)
+                if not write.delete:
+                    check_row(table, write.value)
+        except SchemaError as error:
+            raise InvalidMessage(f"{type(body).__name__}: {error}") from None
+
+    return check
+
+
 def message_limits(config: SidecarConfig) -> MessageLimits:
     # Clients can name at most MAX_LETS + MAX_MUTATIONS keys; a peer's txn never more.
     return MessageLimits(
@@ -334,6 +368,7 @@ class Sidecar:
             self.peers.send,
             config=node_config(config),
             limits=message_limits(config),
+            check_data=peer_data_check(catalog),
         )
         server = grpc.aio.server(
             options=[
