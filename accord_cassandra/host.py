@@ -42,12 +42,15 @@ MAX_PENDING_CLIENTS = 10_000
 # memory and the journal (20 forged 2,000-key PreAccepts took a node from 82 MB to 300 MB).
 # An honest coordinator has at most MAX_PENDING_CLIENTS of its own in flight.
 MAX_UNDECIDED_PER_PEER = 2 * MAX_PENDING_CLIENTS
-# Keys plus deps entries of those transactions (a few hundred bytes each in memory). Deps
-# grow quadratically with transactions on the same keys, and so does recovering them: 63
-# forged 100-key PreAccepts (cost 200k) left a node recovering them for good and timing
-# out on every other key, 40 (84k) were invalidated within seconds. An honest coordinator
-# reaches 50k with ~180 transactions undecided at once on the same 3 keys.
-MAX_UNDECIDED_COST_PER_PEER = 50_000
+# Keys plus deps entries of those transactions (a few hundred bytes each in memory, and
+# in every snapshot the journal writes of them). Deps grow quadratically with transactions
+# on the same keys, and so does recovering them. Measured with 300 forged 100-key
+# PreAccepts sent to each of 3 sidecars: a 50k bound let 71 in, RSS grew 73 -> 184 MB and
+# the journals to 490 MB while they were recovered; 20k let 50 in, RSS 73 -> 89 MB,
+# journals 25 MB. An honest coordinator reaches 20k with ~110 transactions undecided at
+# once on the same 3 keys; beyond that this replica refuses its PreAccepts until some
+# are decided (the others still form quorums).
+MAX_UNDECIDED_COST_PER_PEER = 20_000
 
 
 class WallClock:
