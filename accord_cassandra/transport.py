@@ -83,7 +83,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         logger.warning(
             "refused a peer message from node=%d: %s%s",
             source,
-            problem[:500],
+            problem[:500].encode("unicode_escape").decode(),  # one line, whatever it quotes
             f" ({more} more refused since the last such line)" if more else "",
         )
 
