@@ -25,8 +25,13 @@ def _log_setup(level: str) -> None:
 
 
 def _sidecar(args: argparse.Namespace) -> int:
-    from accord_cassandra.server import serve
+    import os
 
+    from accord_cassandra.config import unknown_environment
+    from accord_cassandra.server import StartupError, serve
+
+    for name in unknown_environment(os.environ):
+        _err(f"warning: {name} sets no config field; ignored")
     try:
         config = load(Path(args.config))
     except ConfigError as error:
@@ -40,8 +45,14 @@ def _sidecar(args: argparse.Namespace) -> int:
         loop_factory = uvloop.new_event_loop
     except ImportError:
         logging.getLogger(__name__).info("uvloop unavailable; using the default event loop")
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(config))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(config))
+    except (StartupError, ConfigError) as error:
+        # A port that cannot be bound, a journal that cannot be opened, a peers_file that
+        # is not one: one line naming the setting, not a traceback.
+        _err(str(error))
+        return 1
     return 0
 
 

@@ -19,6 +19,9 @@ Example::
 
 from __future__ import annotations
 
+import os
+import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +39,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
+from accord_cassandra.schema import Catalog, SchemaError
+
+ENV_PREFIX = "ACCORD_SIDECAR_"
+# Where a journal can never be kept, whatever the permissions say.
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
 class ConfigError(ValueError):
@@ -62,6 +70,23 @@ class TlsSettings(BaseModel):
     private_key: Path
     ca: Path | None = None
     require_client_certificate: bool = False
+
+    @field_validator("certificate", "private_key", "ca")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                with open(value, "rb") as handle:
+                    handle.read(1)
+            except OSError as error:
+                raise ValueError(f"cannot read {value}: {error.strerror}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _client_certificates_need_a_ca(self) -> TlsSettings:
+        if self.require_client_certificate and self.ca is None:
+            raise ValueError("require_client_certificate needs ca (the CA that signs them)")
+        return self
 
 
 class PeerKeySettings(BaseModel):
@@ -178,6 +203,9 @@ class SidecarConfig(BaseSettings):
     peers_wait_seconds: float = Field(default=60.0, gt=0)
     timing: TimingSettings = Field(default_factory=TimingSettings)
     drain_seconds: float = Field(default=5.0, ge=0)
+    # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
+    # refused, since the HLC would follow it for good.
+    max_clock_skew_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @classmethod
     def settings_customise_sources(
@@ -195,9 +223,64 @@ class SidecarConfig(BaseSettings):
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
-            host, sep, port = value.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-                raise ValueError(f"{value!r} is not host:port")
+            host = _host_of(value)
+            try:
+                socket.getaddrinfo(host.strip("[]"), None)
+            except (OSError, UnicodeError) as error:
+                raise ValueError(f"cannot resolve host {host!r}: {error}") from None
+        return value
+
+    @field_validator("peers", "peer_addresses")
+    @classmethod
+    def _peer_addresses(cls, value: dict[int, str]) -> dict[int, str]:
+        for node, address in value.items():
+            try:
+                _host_of(address)
+            except ValueError as error:
+                raise ValueError(f"peer {node}: {error}") from None
+        return value
+
+    @field_validator("client_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value != value.strip()):
+            raise ValueError("must be a non-empty token without surrounding whitespace")
+        if value is not None and not value.isprintable():
+            raise ValueError("must be printable (it travels in a gRPC header)")
+        return value
+
+    @field_validator("journal_dir")
+    @classmethod
+    def _journal_dir(cls, value: Path) -> Path:
+        path = value.absolute()
+        for pseudo in PSEUDO_FILESYSTEMS:
+            if path == pseudo or pseudo in path.parents:
+                raise ValueError(f"{value} is under {pseudo}, which cannot hold files")
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{value} exists and is not a directory")
+        existing = path
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ValueError(f"{value}: {existing} is a file, not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{value}: {existing} is not writable by this user")
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: dict[str, dict[str, list[list[str]]]]) -> dict[str, Any]:
+        for name, spec in value.items():
+            for part, columns in spec.items():
+                if part not in ("partition_key", "columns"):
+                    raise ValueError(f"{name}: unknown part {part!r} (partition_key, columns)")
+                for column in columns:
+                    if len(column) != 2:
+                        raise ValueError(f"{name}.{part}: {column!r} must be [name, CQL type]")
+        try:
+            Catalog.from_mapping(value)
+        except SchemaError as error:
+            raise ValueError(str(error)) from None
         return value
 
     @model_validator(mode="after")
@@ -265,7 +348,43 @@ class SidecarConfig(BaseSettings):
                 )
         if self.store == "memory" and not self.tables:
             raise ValueError("store: memory needs tables (their columns and types)")
+        if self.metrics_listen is not None:
+            for name, other in (("listen", self.listen), ("peer_listen", self.peer_listen)):
+                if other is not None and _same_port(self.metrics_listen, other):
+                    raise ValueError(f"metrics_listen {self.metrics_listen} is the {name} address")
         return self
+
+
+def _host_of(address: str) -> str:
+    host, sep, port = address.rpartition(":")
+    # Port 0 is allowed: a server binds any free port, a peer's arrives in peers_file.
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536 or " " in host:
+        raise ValueError(f"{address!r} is not host:port")
+    return host
+
+
+def _same_port(a: str, b: str) -> bool:
+    # Two sockets on one port conflict when either is a wildcard or both name one host;
+    # port 0 is any free port, a different one for each.
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    wildcard = {"0.0.0.0", "[::]", "::", ""}
+    return port_a == port_b != "0" and (
+        host_a == host_b or host_a in wildcard or host_b in wildcard
+    )
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """``ACCORD_SIDECAR_*`` variables that set no field (a typo is otherwise ignored)."""
+    fields = SidecarConfig.model_fields
+    unknown = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        top = name[len(ENV_PREFIX) :].split("__", 1)[0].lower()
+        if top not in fields:
+            unknown.append(name)
+    return unknown
 
 
 def load(path: Path | None = None, **overrides: Any) -> SidecarConfig:

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
-from accord import ClientReply, Key, Node, NodeConfig, Topology, Txn
+from accord import ClientReply, Key, Node, NodeConfig, Timestamp, Topology, Txn
 from accord.api import DataRead, DataWrite, JournalRecord
+from accord.invariants import AccordError
 from accord.messages import Envelope
+from accord.messages.validate import InvalidMessage, MessageLimits, validate
 from accord_cassandra.datastore import AsyncDataStore, ReadTooLate
 from accord_cassandra.journal import FileJournal
 from accord_cassandra.metrics import commit_latency_histogram
@@ -38,6 +40,20 @@ logger = logging.getLogger(__name__)
 TICK_SECONDS = 0.01
 DATA_RETRY_SECONDS_MAX = 2.0
 MAX_PENDING_CLIENTS = 10_000
+# What a peer may make this node keep for transactions it coordinates and that are not yet
+# decided: forged PreAccepts are never committed, and without a bound each one stayed in
+# memory and the journal (20 forged 2,000-key PreAccepts took a node from 82 MB to 300 MB).
+# An honest coordinator has at most MAX_PENDING_CLIENTS of its own in flight.
+MAX_UNDECIDED_PER_PEER = 2 * MAX_PENDING_CLIENTS
+# Keys plus deps entries of those transactions (a few hundred bytes each in memory, and
+# in every snapshot the journal writes of them). Deps grow quadratically with transactions
+# on the same keys, and so does recovering them. Measured with 300 forged 100-key
+# PreAccepts sent to each of 3 sidecars: a 50k bound let 71 in, RSS grew 73 -> 184 MB and
+# the journals to 490 MB while they were recovered; 20k let 50 in, RSS 73 -> 89 MB,
+# journals 25 MB. An honest coordinator reaches 20k with ~110 transactions undecided at
+# once on the same 3 keys; beyond that this replica refuses its PreAccepts until some
+# are decided (the others still form quorums).
+MAX_UNDECIDED_COST_PER_PEER = 20_000
 
 
 class WallClock:
@@ -76,6 +92,8 @@ class SidecarHost:
         *,
         config: NodeConfig | None = None,
         seed: int | None = None,
+        limits: MessageLimits | None = None,
+        check_data: Callable[[Envelope], None] | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -90,6 +108,14 @@ class SidecarHost:
             journal=records,
         )
         self.metrics = HostMetrics()
+        self.limits = limits or MessageLimits()
+        # The data store's own checks (keys of served tables, rows that fit their columns):
+        # raises InvalidMessage for what could never be written.
+        self._check_data = check_data
+        self._clock = WallClock()
+        # Undecided transactions by the node that minted their TxnId: txn id -> cost.
+        self._undecided: dict[int, dict[Timestamp, int]] = {}
+        self._undecided_cost: dict[int, int] = {}
         self._wake = asyncio.Event()
         self._clients: dict[int, tuple[asyncio.Future[ClientReply], float]] = {}
         self._request_ids = itertools.count(1)
@@ -129,7 +155,9 @@ class SidecarHost:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._tasks:
+        # Data work is cancelled, not awaited: a write that keeps failing retries forever,
+        # and nothing is lost, since the journal re-issues unfinished writes on restart.
+        for task in [*self._tasks, *self._tails.values()]:
             task.cancel()
         for task in [*self._tasks, *self._tails.values()]:
             try:
@@ -145,8 +173,67 @@ class SidecarHost:
     # ------------------------------------------------------------------ inputs
 
     def deliver(self, envelope: Envelope) -> None:
-        self.node.step(envelope)
-        self._wake.set()
+        """Hand the node one message from a peer, or raise :class:`InvalidMessage`.
+
+        Peer input is untrusted: the message is checked before it can touch state or the
+        journal, and a protocol invariant it breaks (two different Commits of one txn) is
+        the sender's fault: the message is refused and the node carries on.
+        """
+        validate(envelope, self.node.topology, self._clock.now_micros(), self.limits)
+        if self._check_data is not None:
+            self._check_data(envelope)
+        admitted = self._admit(envelope)
+        try:
+            self.node.step(envelope)
+        except (AccordError, ValueError) as error:
+            raise InvalidMessage(f"{type(envelope.body).__name__} broke {error}") from None
+        finally:
+            self._wake.set()
+        if admitted is not None:
+            self._charge(*admitted)
+
+    def _admit(self, envelope: Envelope) -> tuple[int, Timestamp] | None:
+        """Refuse a new transaction whose coordinator already has too much undecided here."""
+        body = envelope.body
+        txn = getattr(body, "txn", None)
+        txn_id = getattr(body, "txn_id", None)
+        if txn is None or not isinstance(txn_id, Timestamp) or txn_id in self.node.store.commands:
+            return None
+        origin = txn_id.node
+        if not self._fits(origin, len(txn.keys)):
+            self._prune_undecided(origin)
+            if not self._fits(origin, len(txn.keys)):
+                raise InvalidMessage(
+                    f"node {origin} already has {len(self._undecided.get(origin, ()))} "
+                    f"undecided transactions costing {self._undecided_cost.get(origin, 0)} here"
+                )
+        return origin, txn_id
+
+    def _fits(self, origin: int, keys: int) -> bool:
+        return (
+            len(self._undecided.get(origin, ())) < MAX_UNDECIDED_PER_PEER
+            and self._undecided_cost.get(origin, 0) + keys <= MAX_UNDECIDED_COST_PER_PEER
+        )
+
+    def _charge(self, origin: int, txn_id: Timestamp) -> None:
+        # What the replica now keeps for it: its keys and the deps it computed, which grow
+        # with every other transaction on those keys (the journal keeps them too).
+        command = self.node.store.commands.get(txn_id)
+        if command is None or command.status.is_decided:
+            return
+        cost = len(command.txn.keys) if command.txn is not None else 1
+        if command.deps is not None:
+            cost += sum(len(ids) for _, ids in command.deps.items())
+        self._undecided.setdefault(origin, {})[txn_id] = cost
+        self._undecided_cost[origin] = self._undecided_cost.get(origin, 0) + cost
+
+    def _prune_undecided(self, origin: int) -> None:
+        pending = self._undecided.get(origin, {})
+        commands = self.node.store.commands
+        for txn_id in list(pending):
+            command = commands.get(txn_id)
+            if command is None or command.status.is_decided:
+                self._undecided_cost[origin] -= pending.pop(txn_id)
 
     async def submit(self, txn: Txn, *, timeout: float) -> ClientReply:
         if self._stopping:

@@ -25,6 +25,7 @@ snapshot of each transaction and the highest HLC floor (write, fsync, rename, fs
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import struct
 import time
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from accord.api import CommandSnapshot, HlcFloor, JournalRecord
 from accord.messages.codec import CodecError, decode_record, encode_record
+
+logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">II")
 MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -54,6 +57,7 @@ class FileJournal:
         self.compact_bytes = compact_bytes
         self.fsync = fsync
         directory.mkdir(parents=True, exist_ok=True)
+        self.truncated_bytes = 0
         self.records = self._load()
         if self.path.exists() and self.path.stat().st_size > compact_bytes:
             self._compact()
@@ -83,7 +87,17 @@ class FileJournal:
             records.append(record)
             offset = good_end = next_offset
         if good_end < len(data):
-            # A torn tail from a crash mid-append: it was never acknowledged.
+            # A torn tail from a crash mid-append: it was never acknowledged. Said out loud,
+            # with its size: a file that is not a journal at all also ends up here.
+            logger.warning(
+                "%s: dropping %d bytes after the last valid frame (byte %d of %d): a torn "
+                "tail from a crash, or not a journal written by this sidecar",
+                self.path,
+                len(data) - good_end,
+                good_end,
+                len(data),
+            )
+            self.truncated_bytes = len(data) - good_end
             with open(self.path, "r+b") as handle:
                 handle.truncate(good_end)
                 os.fsync(handle.fileno())

@@ -107,8 +107,13 @@ class SidecarCollector(Collector):
         )
         yield _counter(
             "accord_peer_messages_refused",
-            "Incoming peer messages refused",
+            "Incoming peer messages refused (undecodable, misaddressed or invalid)",
             peers.metrics.refused,
+        )
+        yield _counter(
+            "accord_peer_messages_invalid",
+            "Incoming peer messages refused as well-formed but never sent by an honest peer",
+            peers.metrics.invalid,
         )
         yield _counter(
             "accord_peer_batches_unauthenticated",

@@ -226,6 +226,32 @@ class Catalog:
         return catalog
 
 
+def check_key(catalog: Catalog, key: Key) -> TableSchema:
+    """The table of ``key``, if it is a key this catalog could have made; else SchemaError.
+
+    Peers send keys: one naming no served table, or a token that is not its partition's,
+    would land a write nowhere or on replicas that do not own it.
+    """
+    table = catalog.for_key(key)
+    try:
+        routing = routing_key_of(key)
+    except ValueError:
+        raise SchemaError(f"key {key.name[:80]!r} has no routing key") from None
+    if tokens.murmur3_token(routing) != key.token:
+        raise SchemaError(f"key {key.name[:80]!r} has token {key.token}, not its partition's")
+    return table
+
+
+def check_row(table: TableSchema, row: object) -> None:
+    """SchemaError unless ``row`` (a written value) fits ``table``'s columns."""
+    if row is None:
+        return
+    if not isinstance(row, tuple) or len(row) != len(table.columns):
+        raise SchemaError(f"{table.qualified}: a row needs {len(table.columns)} values")
+    for (name, cql_type), value in zip(table.columns, row, strict=True):
+        check_type(f"{table.qualified}.{name}", cql_type, value)
+
+
 def routing_key_of(key: Key) -> bytes:
     return bytes.fromhex(key.name.split(":", 1)[1])
 

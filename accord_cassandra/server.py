@@ -18,6 +18,7 @@ import hmac
 import logging
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from accord import NodeConfig, Topology, ring_topology
+from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord.messages import Envelope
+from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
+    MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
     MemoryDataStore,
@@ -36,7 +40,7 @@ from accord_cassandra.datastore import (
     tables_from_cluster,
 )
 from accord_cassandra.host import Overloaded, SidecarHost
-from accord_cassandra.journal import FileJournal
+from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.ports import (
@@ -45,8 +49,14 @@ from accord_cassandra.ports import (
     wait_for_json,
     write_json_atomically,
 )
-from accord_cassandra.schema import Catalog
-from accord_cassandra.translate import RequestError, to_response, to_txn
+from accord_cassandra.schema import Catalog, SchemaError, check_key, check_row, check_type
+from accord_cassandra.translate import (
+    MAX_LETS,
+    MAX_MUTATIONS,
+    RequestError,
+    to_response,
+    to_txn,
+)
 from accord_cassandra.transport import Peers, PeerServicer
 from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2
 
@@ -67,6 +77,30 @@ RECONNECT_OPTIONS = (
 ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
+# Error details travel in a gRPC header (percent-encoded, so up to 3x longer): an error
+# echoing a 64 KiB value overflowed the client's metadata limit and arrived as
+# RESOURCE_EXHAUSTED instead of the real error.
+MAX_DETAILS_CHARS = 1024
+
+
+def fit_details(details: str) -> str:
+    """``details`` cut to fit gRPC metadata, saying it was cut."""
+    if len(details) <= MAX_DETAILS_CHARS:
+        return details
+    return f"{details[: MAX_DETAILS_CHARS - 40]}... ({len(details)} characters, truncated)"
+
+
+class StartupError(RuntimeError):
+    """The sidecar cannot start; the message names the setting and the problem."""
+
+
+def _why(error: BaseException) -> str:
+    # An OSError's own words, without its "[Errno n]" prefix.
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
 class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
     def __init__(
         self, host: SidecarHost, catalog: Catalog, *, token: str | None, timeout: float
@@ -83,7 +117,13 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> client_pb2.TransactResponse:
         if self.token is not None:
-            supplied = dict(context.invocation_metadata() or ()).get("authorization", "")
+            headers = [v for k, v in context.invocation_metadata() or () if k == "authorization"]
+            if len(headers) > 1:
+                # Which one would count differs between proxies and servers: refuse both.
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header"
+                )
+            supplied = headers[0] if headers else ""
             # Constant-time, so response timing says nothing about how much of it matched.
             if not hmac.compare_digest(str(supplied).encode(), self.expected_authorization):
                 await context.abort(
@@ -94,17 +134,18 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                 request = client_pb2.TransactRequest.FromString(request)
             except DecodeError as error:
                 await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"malformed TransactRequest: {error}"
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    fit_details(f"malformed TransactRequest: {error}"),
                 )
         assert isinstance(request, client_pb2.TransactRequest)
         try:
             translation = to_txn(request, self.catalog)
         except RequestError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, fit_details(str(error)))
         try:
             reply = await self.host.submit(translation.txn, timeout=self.timeout)
         except Overloaded as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, fit_details(str(error)))
         except TimeoutError:
             await context.abort(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -215,8 +256,12 @@ async def _bind(server: grpc.aio.Server, config: SidecarConfig) -> str:
 
     async def bind() -> int:
         if credentials is None:
-            return int(server.add_insecure_port(config.listen))
-        return int(server.add_secure_port(config.listen, credentials))
+            port = int(server.add_insecure_port(config.listen))
+        else:
+            port = int(server.add_secure_port(config.listen, credentials))
+        if port == 0:  # some grpc versions return 0 instead of raising
+            raise RuntimeError(f"Failed to bind to address {config.listen}")
+        return port
 
     host, _ = split_address(config.listen)
     return f"{host}:{await bind_retrying(bind, config.listen)}"
@@ -228,8 +273,12 @@ async def _bind_peer(server: grpc.aio.Server, config: SidecarConfig, listen: str
 
     async def bind() -> int:
         if credentials is None:
-            return int(server.add_insecure_port(listen))
-        return int(server.add_secure_port(listen, credentials))
+            port = int(server.add_insecure_port(listen))
+        else:
+            port = int(server.add_secure_port(listen, credentials))
+        if port == 0:  # some grpc versions return 0 instead of raising
+            raise RuntimeError(f"Failed to bind to address {listen}")
+        return port
 
     host, _ = split_address(listen)
     return f"{host}:{await bind_retrying(bind, listen)}"
@@ -319,6 +368,47 @@ def node_config(config: SidecarConfig) -> NodeConfig:
     )
 
 
+def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
+    """Refuse peer messages whose keys or written rows the store could never take.
+
+    A write that cannot land must never be committed: every replica would retry it forever
+    and every transaction on its key would wait behind it.
+    """
+
+    def check(envelope: Envelope) -> None:
+        body = envelope.body
+        txn = getattr(body, "txn", None)
+        route = getattr(body, "route", None)
+        try:
+            for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
+                check_key(catalog, key)
+            for put in txn.update.writes if txn and txn.update else ():
+                if isinstance(put, Put) and isinstance(put.value, MakeTuple):
+                    table = catalog.for_key(put.key)
+                    if len(put.value.items) != len(table.columns):
+                        raise SchemaError(f"{table.qualified}: a row of the wrong width")
+                    for (name, cql_type), item in zip(table.columns, put.value.items, strict=True):
+                        if isinstance(item, Const):
+                            check_type(f"{table.qualified}.{name}", cql_type, item.value)
+            for write in getattr(body, "writes", None) or ():
+                table = check_key(catalog, write.key)
+                if not write.delete:
+                    check_row(table, write.value)
+        except SchemaError as error:
+            raise InvalidMessage(f"{type(body).__name__}: {error}") from None
+
+    return check
+
+
+def message_limits(config: SidecarConfig) -> MessageLimits:
+    # Clients can name at most MAX_LETS + MAX_MUTATIONS keys; a peer's txn never more.
+    return MessageLimits(
+        max_future_skew_micros=int(config.max_clock_skew_seconds * 1_000_000),
+        max_node_id=MAX_NODE_ID,
+        max_keys=MAX_LETS + MAX_MUTATIONS,
+    )
+
+
 def static_topology(config: SidecarConfig) -> Topology:
     return ring_topology(
         sorted(config.peers),
@@ -353,7 +443,12 @@ class Sidecar:
             ]
         )
         self.server = server
-        self.listen = await _bind(server, config)
+        # A port that cannot be bound fails the start here, before anything runs, with one
+        # line naming the setting.
+        try:
+            self.listen = await _bind(server, config)
+        except (OSError, RuntimeError) as error:
+            raise StartupError(f"listen: cannot bind {config.listen}: {_why(error)}") from None
         peer_server = server
         if config.peer_listen is not None:
             peer_server = grpc.aio.server(
@@ -363,10 +458,20 @@ class Sidecar:
                 ]
             )
             self.peer_server = peer_server
-            self.peer_listen = await _bind_peer(peer_server, config, config.peer_listen)
+            try:
+                self.peer_listen = await _bind_peer(peer_server, config, config.peer_listen)
+            except (OSError, RuntimeError) as error:
+                raise StartupError(
+                    f"peer_listen: cannot bind {config.peer_listen}: {_why(error)}"
+                ) from None
         if config.metrics_listen is not None:
             self.metrics = MetricsServer(config.metrics_listen, registry_of(self))
-            await self.metrics.start()
+            try:
+                await self.metrics.start()
+            except OSError as error:
+                raise StartupError(
+                    f"metrics_listen: cannot bind {config.metrics_listen}: {_why(error)}"
+                ) from None
         if config.address_file is not None:
             write_json_atomically(
                 config.address_file,
@@ -376,7 +481,10 @@ class Sidecar:
                     "peer_listen": self.peer_listen,
                 },
             )
-        peers = await _peer_addresses(config)
+        try:
+            peers = await _peer_addresses(config)
+        except TimeoutError as error:
+            raise StartupError(f"peers_file: {error}") from None
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
@@ -393,7 +501,10 @@ class Sidecar:
             catalog = Catalog.from_mapping(config.tables)
             store = MemoryDataStore()
         self.catalog = catalog
-        journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
+        try:
+            journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
+        except (JournalCorrupt, OSError) as error:
+            raise StartupError(f"journal_dir: {error}") from None
         signing, accepted = _peer_keys(config)
         self.peers = Peers(
             config.node_id,
@@ -430,6 +541,8 @@ class Sidecar:
             store,
             self.peers.send,
             config=node_config(config),
+            limits=message_limits(config),
+            check_data=peer_data_check(catalog),
         )
         _add_raw_unary(
             peer_server,

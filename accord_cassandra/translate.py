@@ -155,6 +155,10 @@ class _Builder:
         if left_type is None and right_type is not None:
             # Only literals on the left: check them against the column on the right.
             left, left_type = self.expr(condition.left, right_type, where)
+        if left_type is None and right_type is None:
+            # Literals on both sides: their own types must agree, or the comparison fails
+            # only when it is evaluated, after the transaction committed.
+            left_type, right_type = _literal_type(condition.left), _literal_type(condition.right)
         if (
             left_type is not None
             and right_type is not None
@@ -165,6 +169,23 @@ class _Builder:
                 f"({_describe(condition.right)})"
             )
         return Predicate(condition.op, left, right)  # type: ignore[arg-type]
+
+
+def _literal_type(expr: pb.Expr) -> str | None:
+    """The CQL type a literal-only expression has by itself; None for null."""
+    kind = expr.WhichOneof("kind")
+    if kind == "binary":
+        return "bigint"  # + and - take integers only (_check_integer_operand)
+    if kind != "literal":
+        return None
+    value = value_from_proto(expr.literal)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    return "text" if isinstance(value, str) else "blob"
 
 
 def _widen(cql_type: str | None) -> str | None:

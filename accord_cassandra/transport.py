@@ -10,7 +10,9 @@ Incoming: a batch is authenticated first (accord_cassandra/peerauth.py: a shared
 or the client certificate, destination, replay window); one that is not is refused whole,
 UNAUTHENTICATED or PERMISSION_DENIED, before anything is decoded. Then each payload is
 decoded with the accord codec and must name this node as its destination and the batch's
-sender as its source; anything else is refused and counted.
+sender as its source, then checked (accord/messages/validate.py and the host's own limits);
+a payload that fails is refused on its own and counted, the rest of its batch still
+delivered, and refusals are logged at most once per ``REFUSAL_LOG_SECONDS`` per sender.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from accord.messages import Envelope
 from accord.messages.codec import CodecError, decode_message, encode_message
+from accord.messages.validate import InvalidMessage
 from accord_cassandra.peerauth import BatchStamper, Refused
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 
@@ -45,6 +48,9 @@ DELIVER_DEADLINE_SECONDS = 5.0
 YIELD_EVERY = 16
 BACKOFF_SECONDS_MAX = 1.0
 IN_FLIGHT_LIMIT = 16
+# Refused peer messages are logged at most this often per sender (the rest are counted):
+# 200k garbage payloads in one batch once wrote 26 MB of warnings and stalled the loop.
+REFUSAL_LOG_SECONDS = 10.0
 
 
 @dataclass
@@ -55,6 +61,8 @@ class TransportMetrics:
     received: int = 0
     refused: int = 0
     unauthenticated_batches: int = 0
+    # Refused because the message was well-formed but no honest peer sends it.
+    invalid: int = 0
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
@@ -69,6 +77,27 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self.deliver = deliver
         self.metrics = metrics
         self.authenticate = authenticate
+        self._logged_at: dict[int, float] = {}
+        self._unlogged: dict[int, int] = {}
+
+    def _refused(self, source: int, problem: str) -> None:
+        """Count a refused message; log it unless this sender was logged about lately."""
+        self.metrics.refused += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._logged_at.get(source, -REFUSAL_LOG_SECONDS) < REFUSAL_LOG_SECONDS:
+            self._unlogged[source] = self._unlogged.get(source, 0) + 1
+            return
+        if len(self._logged_at) > 1024:  # sources are untrusted numbers: keep this bounded
+            self._logged_at.clear()
+            self._unlogged.clear()
+        self._logged_at[source] = now
+        more = self._unlogged.pop(source, 0)
+        logger.warning(
+            "refused a peer message from node=%d: %s%s",
+            source,
+            problem[:500].encode("unicode_escape").decode(),  # one line, whatever it quotes
+            f" ({more} more refused since the last such line)" if more else "",
+        )
 
     async def Deliver(
         self, request: peer_pb2.PeerBatch | bytes, context: grpc.aio.ServicerContext[Any, Any]
@@ -94,26 +123,29 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                 "upgrade every sidecar",
             )
         accepted = 0
-        for payload in request.payloads:
+        for index, payload in enumerate(request.payloads):
+            if index % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             try:
                 envelope = decode_message(payload)
             except CodecError as error:
-                self.metrics.refused += 1
-                logger.warning("refused a peer message from node=%d: %s", request.source, error)
+                self._refused(request.source, str(error))
                 continue
             if (
                 not isinstance(envelope, Envelope)
                 or envelope.dest != self.node_id
                 or envelope.src != request.source
             ):
-                self.metrics.refused += 1
-                logger.warning("refused a misaddressed peer message from node=%d", request.source)
+                self._refused(request.source, "misaddressed")
+                continue
+            try:
+                self.deliver(envelope)
+            except InvalidMessage as error:
+                self.metrics.invalid += 1
+                self._refused(request.source, str(error))
                 continue
             self.metrics.received += 1
-            self.deliver(envelope)
             accepted += 1
-            if accepted % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
         return peer_pb2.PeerAck(accepted=accepted)
 
 

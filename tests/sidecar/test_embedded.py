@@ -158,6 +158,36 @@ def test_a_missing_or_wrong_token_is_unauthenticated(
         assert c.transact(reader).rows == {"row": None}
 
 
+def test_two_authorization_headers_are_unauthenticated(embedded: LocalSidecars) -> None:
+    # Before: the last one won, so a proxy checking the first could be bypassed.
+    t = Transaction().update("bank", "accounts", "two-headers", balance=1, tag=0)
+    with grpc.insecure_channel(embedded.addresses()[0]) as channel:
+        call = channel.unary_unary(
+            TRANSACT,
+            request_serializer=pb.TransactRequest.SerializeToString,
+            response_deserializer=pb.TransactResponse.FromString,
+        )
+        for headers in (
+            [("authorization", "Bearer wrong"), ("authorization", f"Bearer {TOKEN}")],
+            [("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")],
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(t.request, metadata=headers, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "more than one authorization header" in (caught.value.details() or "")
+
+
+def test_an_error_echoing_a_64_kib_value_still_arrives_whole(embedded: LocalSidecars) -> None:
+    # Before: the details overflowed gRPC's metadata limit and the client saw
+    # RESOURCE_EXHAUSTED "received metadata size exceeds hard limit".
+    huge = "x" * 65536
+    error = transact_error(
+        embedded.addresses()[0], Transaction().update("bank", "accounts", "a", balance=huge)
+    )
+    assert error.code == "INVALID_ARGUMENT", error
+    assert "bank.accounts.balance is bigint" in str(error) and "truncated" in str(error)
+
+
 def test_an_unauthenticated_malformed_request_learns_nothing(embedded: LocalSidecars) -> None:
     with grpc.insecure_channel(embedded.addresses()[0]) as channel:
         with pytest.raises(grpc.RpcError) as caught:

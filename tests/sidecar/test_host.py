@@ -1,4 +1,5 @@
-"""SidecarHost: a pump that cannot journal stops the sidecar instead of leaving it stuck."""
+"""SidecarHost: a pump that cannot journal stops the sidecar instead of leaving it stuck, and
+stop() never waits on data work that cannot finish."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accord import Put, Txn, Update, ring_topology, sim_key
+from accord import Put, Timestamp, Txn, Update, WriteOp, ring_topology, sim_key
 from accord.api import JournalRecord
 from accord.primitives import Const
 from accord_cassandra.datastore import MemoryDataStore
@@ -57,5 +58,44 @@ def test_a_clean_stop_is_not_a_failure(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)  # a few ticks
         await host.stop()
         assert not host.failed.is_set()
+
+    asyncio.run(scenario())
+
+
+class BrokenStore(MemoryDataStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
+        self.attempts += 1
+        raise ConnectionError("the data store is unreachable")
+
+
+def test_stop_cancels_data_work_that_keeps_failing(tmp_path: Path) -> None:
+    # A write that can never land used to keep stop() (and so SIGTERM) waiting forever.
+    async def scenario() -> None:
+        store = BrokenStore()
+        host = SidecarHost(
+            1,
+            ring_topology([1], 1, shards_per_node=1),
+            FileJournal(tmp_path, fsync=False),
+            store,
+            send=lambda envelope: None,
+        )
+        host.start()
+        submitted = asyncio.create_task(
+            host.submit(Txn(reads=(), update=Update((Put(sim_key("k"), Const(1)),))), timeout=60)
+        )
+        while store.attempts < 2:  # the write failed and is being retried
+            await asyncio.sleep(0.01)
+        assert host.pending_data_ops() == 1
+        stopping = asyncio.create_task(host.stop())
+        await asyncio.wait({stopping}, timeout=30)  # never cancels stop(), unlike wait_for
+        assert stopping.done(), "stop() is still waiting on the failing write"
+        assert host.pending_data_ops() == 0
+        submitted.cancel()
+        if not stopping.done():
+            stopping.cancel()
 
     asyncio.run(scenario())

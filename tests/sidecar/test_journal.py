@@ -238,3 +238,18 @@ def test_a_small_journal_is_not_compacted(tmp_path: Path) -> None:
     records = [snapshot(1), snapshot(1, Status.ACCEPTED), HlcFloor(3), HlcFloor(2)]
     _write(tmp_path, [records])
     assert same(replay_of(tmp_path), records)
+
+
+def test_a_file_that_is_not_a_journal_is_not_dropped_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Random bytes hold no valid frame, so all of them go; a log line must say so and how
+    # many (before: truncated to 0 bytes without a word).
+    import random
+
+    (tmp_path / "journal.log").write_bytes(random.Random(7).randbytes(4096))
+    with caplog.at_level("WARNING", logger="accord_cassandra.journal"):
+        journal = FileJournal(tmp_path, fsync=False)
+    journal.close()
+    assert journal.records == [] and journal.truncated_bytes == 4096
+    assert [r.getMessage() for r in caplog.records if "dropping 4096 bytes" in r.getMessage()]

@@ -11,6 +11,7 @@ no data anywhere, and leave the cluster serving.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -418,7 +419,22 @@ BASE: dict[str, Any] = {
 }
 
 
+@pytest.fixture
+def sidecar_names_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A listen host must resolve (the config refuses one that does not): "sidecar-N" stands
+    # for a deployment's DNS name, resolved here to the address BASE gives node N.
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.startswith("sidecar-"):
+            host = f"10.1.0.{host.removeprefix('sidecar-')}"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
 @pytest.mark.parametrize("listen", ["0.0.0.0:50051", "10.1.0.1:50051", "sidecar-1:50051"])
+@pytest.mark.usefixtures("sidecar_names_resolve")
 def test_no_peer_auth_beyond_loopback_is_refused(listen: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load(**BASE, listen=listen)

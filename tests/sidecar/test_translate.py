@@ -734,3 +734,20 @@ def test_random_builder_transactions_do_what_the_model_says(
             assert [c.name for c in row.columns] == names
             got = [value_from_proto(c.value) for c in row.columns]
             assert [(type(v), v) for v in got] == [(type(v), v) for v in read]
+
+
+def test_comparing_literals_of_different_types_is_refused() -> None:
+    # Before: accepted, and the comparison failed only at execution, after consensus.
+    def literal_condition(op: str, left: pb.Value, right: pb.Value) -> Transaction:
+        t = Transaction()
+        t.let("src", "bank", "accounts", "alice")
+        t.where(pb.Condition(op=op, left=pb.Expr(literal=left), right=pb.Expr(literal=right)))
+        return t
+
+    for op in ("<", "="):
+        message = translate_error(literal_condition(op, pb.Value(int=1), pb.Value(text="a")))
+        assert "cannot compare bigint with text" in message and "'a'" in message
+    same = literal_condition("<", pb.Value(int=1), pb.Value(int=2))
+    txn, lets, _ = to_txn(same.request, CATALOG)
+    _, result = execute(txn, {lets["src"]: (5, 0)})
+    assert result.applied and result.error is None
