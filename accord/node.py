@@ -439,6 +439,13 @@ class Node:
     def finished(self, coordinator: TransactionCoordinator, outcome: Outcome) -> None:
         if outcome is Outcome.INVALIDATED:
             self.stats.invalidations += 1
+        if outcome is Outcome.RETRY:
+            # Recovery waits for these earlier proposals to be decided: let the progress log
+            # take them up at its next scan instead of after their own idle delay.
+            for txn_id in coordinator.wait_for:
+                waited = self.store.commands.get(txn_id)
+                if waited is not None and txn_id not in self._coordinating:
+                    waited.last_progress_micros = 0
         request = self._clients.get(coordinator.txn_id)
         if request is None:
             return

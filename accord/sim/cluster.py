@@ -27,7 +27,7 @@ from accord.api import ClientReply, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
-from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept
+from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
 from accord.sim.oracle import Oracle
@@ -318,6 +318,8 @@ class Cluster:
         if self._crash_mid_preaccept(node_id, ready):
             return
         for envelope in ready.messages:
+            if isinstance(envelope.body, RecoverOk):
+                self.oracle.on_recover_ok(node_id, node.store, envelope.body)
             self._send(envelope)
         for reply in ready.replies:
             if self.on_reply is not None:

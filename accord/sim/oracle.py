@@ -15,6 +15,15 @@ invisible to it. These oracles watch every replica instead:
   it should not (a witness under another shard's key, a forgotten promise, an ignored
   earlier proposal) breaks this at the moment the bad decision commits, long before any
   read could show it.
+- **Promises** (per replica, per txn): a ballot promised durably is never taken back, not
+  even by a restart.
+- **Recovery evidence** (per reply): the fast-path argument, checked from the replica's raw
+  state independently of ``CommandStore``. A replica that holds a conflicting txn with a
+  later id, accepted or committed, whose deps for a key the two share lack ours, must report
+  that our fast path was rejected; one that holds an earlier txn proposed (not committed)
+  to execute after ours without us in its deps for a shared key must list it, or reject.
+  Most such wrong answers are harmless in a given run -- other replies outvote them -- so
+  the dependency invariant alone meets them only by luck; this meets every one.
 """
 
 from __future__ import annotations
@@ -24,8 +33,19 @@ from dataclasses import dataclass
 
 from accord.invariants import check_state
 from accord.local.command import CommandSnapshot
+from accord.local.commands import CommandStore
 from accord.local.effects import DataRead, DataWrite
-from accord.primitives import TIMESTAMP_MIN, Deps, Key, Status, Timestamp, TxnId
+from accord.messages import RecoverOk
+from accord.primitives import (
+    BALLOT_ZERO,
+    TIMESTAMP_MIN,
+    Ballot,
+    Deps,
+    Key,
+    Status,
+    Timestamp,
+    TxnId,
+)
 from accord.topology import Topology
 
 
@@ -49,6 +69,8 @@ class Oracle:
         self._decided_by_key: dict[Key, list[TxnId]] = {}
         # (node, key) -> txn -> (executeAt, deps) as made stable on that node
         self._stable: dict[tuple[int, Key], dict[TxnId, tuple[Timestamp, Deps]]] = {}
+        # (node, txn) -> the highest ballot that node ever journaled as promised
+        self._promised: dict[tuple[int, TxnId], Ballot] = {}
 
     # ------------------------------------------------------------------ execution order
 
@@ -93,6 +115,16 @@ class Oracle:
     # ------------------------------------------------------------------ dependencies
 
     def on_persist(self, node_id: int, snapshot: CommandSnapshot) -> None:
+        promised = self._promised.get((node_id, snapshot.txn_id), BALLOT_ZERO)
+        check_state(
+            snapshot.promised >= promised,
+            "node %d journaled promise %s for %s after promising %s",
+            node_id,
+            snapshot.promised,
+            snapshot.txn_id,
+            promised,
+        )
+        self._promised[(node_id, snapshot.txn_id)] = snapshot.promised
         status = snapshot.status
         if not status.is_decided or status is Status.INVALIDATED:
             return
@@ -154,3 +186,56 @@ class Oracle:
             key,
             earlier,
         )
+
+    # ------------------------------------------------------------------ recovery evidence
+
+    def on_recover_ok(self, node_id: int, store: CommandStore, reply: RecoverOk) -> None:
+        """Check one replica's recovery evidence against its state as it sent the reply."""
+        txn_id = reply.txn_id
+        ours = store.commands.get(txn_id)
+        if reply.status is not Status.PRE_ACCEPTED or ours is None or ours.txn is None:
+            return
+        shared = [k for k in ours.txn.keys if self.topology.owns(node_id, k)]
+        listed = set(reply.earlier_accepted_no_witness)
+        for other_id, other in store.commands.items():
+            if other_id == txn_id or other.txn is None or other.pruned:
+                continue
+            if not other.kind.conflicts_with(txn_id.kind):
+                continue
+            status = other.status
+            if status < Status.ACCEPTED or status in (
+                Status.ACCEPTED_INVALIDATE,
+                Status.INVALIDATED,
+            ):
+                continue
+            for key in shared:
+                if key not in other.txn.keys or txn_id in other.deps.for_key(key):
+                    continue
+                at = other.execute_at
+                later_unwitnessed = other_id > txn_id
+                earlier_committed_after = (
+                    other_id < txn_id and status.is_decided and at is not None and at > txn_id
+                )
+                if later_unwitnessed or earlier_committed_after:
+                    check_state(
+                        reply.rejects_fast_path,
+                        "node %d told recovery of %s that a fast path was possible, yet holds "
+                        "%s (%s, executeAt %s) without it in its deps for %s",
+                        node_id,
+                        txn_id,
+                        other_id,
+                        status.name,
+                        at,
+                        key,
+                    )
+                elif other_id < txn_id and at is not None and at > txn_id:
+                    check_state(
+                        reply.rejects_fast_path or other_id in listed,
+                        "node %d did not tell recovery of %s about %s, proposed at %s "
+                        "without it in its deps for %s",
+                        node_id,
+                        txn_id,
+                        other_id,
+                        at,
+                        key,
+                    )

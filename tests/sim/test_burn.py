@@ -6,6 +6,7 @@ verifier, reconcile mode) and TigerBeetle's VOPR (safety phase, then liveness ph
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -75,21 +76,54 @@ def test_reconcile_same_seed_same_trace() -> None:
     assert other.digest != first.digest
 
 
-# Each deliberately broken protocol must be caught within a bounded number of seeds.
+# Multi-shard: more nodes than replicas, two ranges per node, so transactions span shards
+# whose replica sets differ; fast quorum 4 of 5 with one vote of slack, the setting where
+# recovery evidence decides; coordinators crashing mid-PreAccept, slow nodes, recovery
+# soon after a coordinator goes quiet.
+MULTI_SHARD: dict[str, object] = {
+    "nodes": 8,
+    "rf": 5,
+    "shards_per_node": 2,
+    "keys": 3,
+    "clients": 12,
+    "txns": 150,
+    "recover_delay_micros": 300_000,
+    "coordinator_crash_chance": 0.2,
+}
 # "racing" makes recovery coordinators race the original ones (recovery delay 5 ms).
-RACING = {"recover_delay_micros": 5_000, "keys": 4, "clients": 10}
-TEETH: dict[str, tuple[int, dict[str, int]]] = {
+RACING: dict[str, object] = {"recover_delay_micros": 5_000, "keys": 4, "clients": 10}
+# Crash storms: crashes every 50-300 ms and short downtimes, racing recovery, multi-shard.
+# This profile found coordination ids being reused after a restart.
+STORM: dict[str, object] = {
+    **MULTI_SHARD,
+    "recover_delay_micros": 2_000,
+    "nemesis_interval_micros": (50_000, 300_000),
+    "down_micros": (30_000, 400_000),
+}
+
+# Each deliberately broken protocol must be caught within a bounded number of seeds, by the
+# history checker or by the simulator's oracles (accord/sim/oracle.py).
+TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "execute_without_waiting": (10, {}),
     "fast_vote_ignores_conflicts": (10, {}),
     "deps_omit_uncommitted": (20, {}),
     "fast_quorum_is_slow_quorum": (20, RACING),
+    "forget_promise_on_restart": (10, {}),
+    "recovery_ignores_earlier_accepted": (10, MULTI_SHARD),
+    "witness_any_key": (10, MULTI_SHARD),
 }
+
+
+def test_every_planted_variant_is_listed() -> None:
+    assert set(TEETH) == {f.name for f in dataclasses.fields(Bugs)}
 
 
 @pytest.mark.parametrize("bug", sorted(TEETH))
 def test_burn_test_has_teeth(bug: str) -> None:
     seeds, extra = TEETH[bug]
-    config = BurnConfig(txns=200, faults=ALL_FAULTS, bugs=Bugs(**{bug: True}), **extra)  # type: ignore[arg-type]
+    config = BurnConfig(
+        **{"txns": 200, "faults": ALL_FAULTS, "bugs": Bugs(**{bug: True}), **extra}  # type: ignore[arg-type]
+    )
     for seed in range(seeds):
         result = run_seed(seed, config)
         if not result.passed:
@@ -97,9 +131,14 @@ def test_burn_test_has_teeth(bug: str) -> None:
     pytest.fail(f"broken variant {bug} passed {seeds} seeds")
 
 
-def test_racing_recovery_stays_safe() -> None:
-    """The correct protocol under the same racing mode that exposes the broken variants."""
-    config = BurnConfig(txns=200, faults=ALL_FAULTS, **RACING)  # type: ignore[arg-type]
-    for seed in range(10):
+@pytest.mark.parametrize(
+    ("profile", "seeds"),
+    [("racing", 10), ("multi-shard", 10), ("storm", 5)],
+)
+def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -> None:
+    """The correct protocol under the profiles that expose the broken variants."""
+    extra = {"racing": RACING, "multi-shard": MULTI_SHARD, "storm": STORM}[profile]
+    config = BurnConfig(**{"txns": 200, "faults": ALL_FAULTS, **extra})  # type: ignore[arg-type]
+    for seed in range(seeds):
         result = run_seed(seed, config)
         assert result.passed, _explain(result)
