@@ -11,6 +11,7 @@ recovery counter rose for 10 s; peak peer queue depth and journal size.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def _phases(report: KillReport) -> list[list[Any]]:
         elif what == "load stopped":
             marks.append((at, "end"))
     rows = []
-    for (start, label), (end, _) in zip(marks, marks[1:], strict=False):
+    for (start, label), (end, _) in itertools.pairwise(marks):
         rows.append([label, round(end - start, 1), round(report.ok_rate(start, end), 1)])
     return rows
 
@@ -104,8 +105,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
                     "kind": "line",
                     "series": {
                         "ok / s": [
-                            [round(at, 1), round(n / report.window, 1)]
-                            for at, n in report.windows
+                            [round(at, 1), round(n / report.window, 1)] for at, n in report.windows
                         ]
                     },
                     "xlabel": "seconds since load started",
