@@ -32,7 +32,7 @@ def _one(size: int) -> BurstReport:
     cluster = LocalSidecars(directory, tables=EMBEDDED_TABLES, extra={"drain_seconds": 1})
     try:
         cluster.start(timeout=90)
-        return asyncio.run(burst(cluster, "bank", concurrency=size, recover_deadline=180.0))
+        return asyncio.run(burst(cluster, "bank", concurrency=size, recover_deadline=60.0))
     finally:
         cluster.stop()
 
