@@ -51,7 +51,19 @@ class HlcFloor(NamedTuple):
     value: int
 
 
-JournalRecord = CommandSnapshot | HlcFloor
+class Durable(NamedTuple):
+    """Every replica applied these transactions (the node learned it from ``InformDurable``).
+
+    Journaled so that a restarted node neither re-sends their outcome to every replica nor
+    re-indexes them as live dependencies: before this was recorded, a restart re-persisted
+    every transaction the node had applied and flooded its peers (docs/sidecars.md).
+    Losing one (a crash before its batch is written) only costs that re-send.
+    """
+
+    txn_ids: tuple[Timestamp, ...]
+
+
+JournalRecord = CommandSnapshot | HlcFloor | Durable
 
 
 class Journal(Protocol):
@@ -107,6 +119,7 @@ __all__ = [
     "DataRead",
     "DataStore",
     "DataWrite",
+    "Durable",
     "HlcFloor",
     "Journal",
     "JournalRecord",

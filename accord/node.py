@@ -19,10 +19,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from accord.api import ClientReply, Clock, HlcFloor, JournalRecord, Ready
+from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
 from accord.invariants import check_argument
-from accord.local.command import CommandSnapshot
+from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs, CommandStore
 from accord.local.effects import NeedsTxn, Refused
 from accord.messages import (
@@ -69,6 +69,10 @@ from accord.topology import Topology
 logger = logging.getLogger(__name__)
 
 
+def _txn_id_of(command: Command) -> TxnId:
+    return command.txn_id
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     """Timing knobs, all in microseconds of the injected clock.
@@ -84,6 +88,10 @@ class NodeConfig:
     recover_delay_other_micros: int = 3_000_000
     recover_backoff_max_micros: int = 8_000_000
     progress_scan_micros: int = 100_000
+    # At most this many coordinators started by the progress log (recoveries, re-sent
+    # outcomes, invalidations) run at once per node, oldest transaction first: after a
+    # restart or a burst, unbounded recovery flooded peers' queues until nothing progressed.
+    max_progress_coordinators: int = 32
     client_timeout_micros: int = 10_000_000
     reorder_buffer_micros: int = 0
     reorder_buffer_max: int = 10_000
@@ -93,6 +101,9 @@ class NodeConfig:
         for name in self.__slots__:
             check_argument(getattr(self, name) >= 0, "%s must not be negative", name)
         check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
+        check_argument(
+            self.max_progress_coordinators >= 1, "max_progress_coordinators must be at least 1"
+        )
 
 
 @dataclass(slots=True)
@@ -109,6 +120,8 @@ class NodeStats:
     slow_path: int = 0
     recoveries: int = 0
     invalidations: int = 0
+    # Progress-log work postponed because max_progress_coordinators were already running.
+    progress_deferred: int = 0
     by_outcome: dict[str, int] = field(default_factory=dict)
 
 
@@ -151,6 +164,10 @@ class Node:
         # Restoring re-derives state, so there is nothing new to persist; the data work it
         # re-issues (writes a crash interrupted; idempotent by executeAt) stays queued.
         self.store.restore([r for r in records if isinstance(r, CommandSnapshot)])
+        for record in records:
+            if isinstance(record, Durable):
+                for durable_id in record.txn_ids:
+                    self.store.mark_durable(durable_id)
         self.store.persisted.clear()
         self._ready = Ready()
         self._local: deque[Message] = deque()
@@ -160,6 +177,10 @@ class Node:
         self._apply_waiters: dict[TxnId, list[tuple[int, int]]] = {}
         self._reorder: list[tuple[TxnId, int, int, PreAccept]] = []
         self._last_scan_micros = 0
+        # Coordinators the progress log started and that still run (see _scan_progress).
+        self._progress_cids: set[int] = set()
+        # Txns learned durable since the last ready(), journaled as one Durable record.
+        self._durable_pending: list[TxnId] = []
 
     # ------------------------------------------------------------------ clock
 
@@ -265,6 +286,7 @@ class Node:
         store = self.store
         return bool(
             self._local
+            or self._durable_pending
             or not self._ready.is_empty()
             or store.persisted
             or store.data_reads
@@ -288,6 +310,9 @@ class Node:
         persisted, reads, writes = self.store.drain()
         ready = self._ready
         ready.persist.extend(persisted)
+        if self._durable_pending:
+            ready.persist.append(Durable(tuple(self._durable_pending)))
+            self._durable_pending = []
         ready.reads.extend(reads)
         ready.writes.extend(writes)
         self._answer_waiting_clients()
@@ -363,6 +388,9 @@ class Node:
         elif isinstance(body, CommitInvalidate):
             store.commit_invalidate(body.txn_id)
         elif isinstance(body, InformDurable):
+            known = store.commands.get(body.txn_id)
+            if known is not None and not known.durable:
+                self._durable_pending.append(body.txn_id)
             store.mark_durable(body.txn_id)
         elif isinstance(body, BeginRecovery):
             view = store.begin_recovery(body.txn_id, body.txn, body.route, body.ballot)
@@ -464,6 +492,7 @@ class Node:
     def _purge_done(self) -> None:
         for cid in [c for c, co in self._coordinators.items() if co.phase is Phase.DONE]:
             coordinator = self._coordinators.pop(cid)
+            self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
                 del self._coordinating[coordinator.txn_id]
             if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
@@ -515,9 +544,59 @@ class Node:
 
     def _scan_progress(self, now: int) -> None:
         """Recover transactions that made no progress for a while (reference: Accord
-        ``ProgressLog``): home-shard replicas act first, others later, with backoff."""
+        ``ProgressLog``): home-shard replicas act first, others later, with backoff and
+        jitter. A txn that another coordinator drives stays quiet here, since every message
+        of that coordinator which changes the replica's record counts as progress.
+
+        At most ``max_progress_coordinators`` run at once, oldest txn first (the ones
+        younger ones wait for), undecided txns before re-sending decided outcomes; what
+        does not fit waits for a later scan, so a restart or a burst cannot start a storm.
+        """
         config = self.config
-        for command in self.store.undurable():
+        budget = config.max_progress_coordinators - len(self._progress_cids)
+        if budget <= 0:
+            self.stats.progress_deferred += 1
+            return
+        for command in sorted(self.store.active(), key=_txn_id_of):
+            if command.txn_id in self._coordinating:
+                continue
+            home = command.route is not None and self.store.owns(command.route.home_key)
+            delay = config.recover_delay_micros if home else config.recover_delay_other_micros
+            delay = min(
+                delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
+            )
+            delay += self.rng.randrange(max(1, delay // 2))
+            if now - command.last_progress_micros < delay:
+                continue
+            recover = command.txn is not None and command.route is not None
+            hint = command.key_hint
+            # Without the txn, chase it only through a key: when something here waits on
+            # it, or when this replica holds an invalidation proposal for it.
+            chase = self.store.is_blocking(command.txn_id) or (
+                command.status is Status.ACCEPTED_INVALIDATE
+            )
+            if not recover and (hint is None or not chase):
+                continue
+            command.recovery_attempts += 1
+            command.last_progress_micros = now
+            coordinator = self._new_coordinator(
+                command.txn_id,
+                command.txn if recover else None,
+                command.route if recover else None,
+                self.new_ballot(),
+            )
+            self._progress_cids.add(coordinator.cid)
+            if recover:
+                self.stats.recoveries += 1
+                coordinator.start_recovery()
+            else:
+                assert hint is not None
+                coordinator.start_invalidation(hint)
+            budget -= 1
+            if budget <= 0:
+                self.stats.progress_deferred += 1
+                return
+        for command in sorted(self.store.undurable(), key=_txn_id_of):
             if command.txn_id in self._coordinating:
                 continue
             delay = min(
@@ -534,36 +613,14 @@ class Node:
             command.recovery_attempts += 1
             command.last_progress_micros = now
             coordinator = self._new_coordinator(command.txn_id, command.txn, command.route)
+            self._progress_cids.add(coordinator.cid)
             coordinator.start_persist(
                 command.execute_at, command.deps, command.writes, command.result
             )
-        for command in list(self.store.active()):
-            if command.txn_id in self._coordinating:
-                continue
-            home = command.route is not None and self.store.owns(command.route.home_key)
-            delay = config.recover_delay_micros if home else config.recover_delay_other_micros
-            delay = min(
-                delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
-            )
-            delay += self.rng.randrange(max(1, delay // 2))
-            if now - command.last_progress_micros < delay:
-                continue
-            if command.txn is not None and command.route is not None:
-                command.recovery_attempts += 1
-                command.last_progress_micros = now
-                self.stats.recoveries += 1
-                self._new_coordinator(
-                    command.txn_id, command.txn, command.route, self.new_ballot()
-                ).start_recovery()
-            elif command.key_hint is not None and (
-                self.store.is_blocking(command.txn_id)
-                or command.status is Status.ACCEPTED_INVALIDATE
-            ):
-                command.recovery_attempts += 1
-                command.last_progress_micros = now
-                self._new_coordinator(
-                    command.txn_id, None, None, self.new_ballot()
-                ).start_invalidation(command.key_hint)
+            budget -= 1
+            if budget <= 0:
+                self.stats.progress_deferred += 1
+                return
 
     # ------------------------------------------------------------------ introspection
 

@@ -54,6 +54,14 @@ MAX_UNDECIDED_PER_PEER = 2 * MAX_PENDING_CLIENTS
 # once on the same 3 keys; beyond that this replica refuses its PreAccepts until some
 # are decided (the others still form quorums).
 MAX_UNDECIDED_COST_PER_PEER = 20_000
+# Client transactions in the protocol at once per key, per sidecar. Each one conflicts with
+# every other on its key: hundreds at once made every commit slower than the recovery delay,
+# so replicas recovered live transactions wholesale and a burst of 300 transfers on 3 keys
+# locked them for good (docs/sidecars.md, "Overload"). Beyond this a transaction waits for
+# a slot; at most MAX_WAITING wait per sidecar, and one still waiting at its deadline is
+# refused. Both refusals are RESOURCE_EXHAUSTED: definite, nothing was submitted.
+MAX_IN_FLIGHT_PER_KEY = 8
+MAX_WAITING = 2_000
 
 
 class WallClock:
@@ -64,7 +72,76 @@ class WallClock:
 
 
 class Overloaded(RuntimeError):
-    """Too many client transactions are in flight on this sidecar."""
+    """Too many client transactions are in flight on this sidecar, or on one of the keys."""
+
+
+class Admission:
+    """Bounds client transactions in the protocol per key; the rest wait, oldest first
+    among those that fit, or are refused (:class:`Overloaded`)."""
+
+    def __init__(self, per_key: int = MAX_IN_FLIGHT_PER_KEY, max_waiting: int = MAX_WAITING):
+        self.per_key = per_key
+        self.max_waiting = max_waiting
+        self.in_flight: dict[Key, int] = {}
+        self._waiters: list[tuple[tuple[Key, ...], asyncio.Future[None]]] = []
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _fits(self, keys: tuple[Key, ...]) -> bool:
+        return all(self.in_flight.get(k, 0) < self.per_key for k in keys)
+
+    def _take(self, keys: tuple[Key, ...]) -> None:
+        for key in keys:
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+
+    async def enter(self, keys: tuple[Key, ...], timeout: float) -> None:
+        """Take a slot on every key of a transaction at once (never some and wait for the
+        rest, which could deadlock two transactions), waiting at most ``timeout``."""
+        if not self._waiters and self._fits(keys):
+            self._take(keys)
+            return
+        if len(self._waiters) >= self.max_waiting:
+            raise Overloaded(f"{self.max_waiting} transactions already wait for busy keys")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((keys, future))
+        self._grant()
+        try:
+            await asyncio.wait_for(future, timeout)
+        except (TimeoutError, asyncio.CancelledError) as error:
+            if future.done() and not future.cancelled():
+                self.leave(keys)
+            self._waiters = [(k, f) for k, f in self._waiters if f is not future]
+            if isinstance(error, TimeoutError):
+                busy = next((k for k in keys if self.in_flight.get(k, 0) >= self.per_key), None)
+                name = busy.name if busy is not None else "a key"
+                raise Overloaded(
+                    f"{name} has {self.per_key} transactions in flight on this sidecar and "
+                    "no slot freed before the deadline; nothing was submitted"
+                ) from None
+            raise
+
+    def leave(self, keys: tuple[Key, ...]) -> None:
+        for key in keys:
+            left = self.in_flight[key] - 1
+            if left:
+                self.in_flight[key] = left
+            else:
+                del self.in_flight[key]
+        self._grant()
+
+    def _grant(self) -> None:
+        kept = []
+        for keys, future in self._waiters:
+            if future.done():
+                continue
+            if self._fits(keys):
+                self._take(keys)
+                future.set_result(None)
+            else:
+                kept.append((keys, future))
+        self._waiters = kept
 
 
 @dataclass
@@ -74,6 +151,7 @@ class HostMetrics:
     data_retries: int = 0
     reads_too_late: int = 0
     batches: int = 0
+    refused: int = 0
 
     def observe(self, outcome: str, seconds: float) -> None:
         self.commits[outcome] = self.commits.get(outcome, 0) + 1
@@ -116,6 +194,7 @@ class SidecarHost:
         # Undecided transactions by the node that minted their TxnId: txn id -> cost.
         self._undecided: dict[int, dict[Timestamp, int]] = {}
         self._undecided_cost: dict[int, int] = {}
+        self.admission = Admission()
         self._wake = asyncio.Event()
         self._clients: dict[int, tuple[asyncio.Future[ClientReply], float]] = {}
         self._request_ids = itertools.count(1)
@@ -238,17 +317,31 @@ class SidecarHost:
     async def submit(self, txn: Txn, *, timeout: float) -> ClientReply:
         if self._stopping:
             raise Overloaded("sidecar is shutting down")
-        if len(self._clients) >= MAX_PENDING_CLIENTS:
+        if len(self._clients) + self.admission.waiting >= MAX_PENDING_CLIENTS:
+            self.metrics.refused += 1
             raise Overloaded(f"{MAX_PENDING_CLIENTS} transactions already in flight")
-        request_id = next(self._request_ids)
-        future: asyncio.Future[ClientReply] = asyncio.get_running_loop().create_future()
-        self._clients[request_id] = (future, time.perf_counter())
-        self.node.submit(request_id, txn)
-        self._wake.set()
+        keys = tuple(sorted(set(txn.keys)))
+        started = time.perf_counter()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            await self.admission.enter(keys, timeout)
+        except Overloaded:
+            self.metrics.refused += 1
+            raise
+        try:
+            if self._stopping:
+                raise Overloaded("sidecar is shutting down")
+            request_id = next(self._request_ids)
+            future: asyncio.Future[ClientReply] = asyncio.get_running_loop().create_future()
+            self._clients[request_id] = (future, started)
+            self.node.submit(request_id, txn)
+            self._wake.set()
+            try:
+                remaining = max(0.0, timeout - (time.perf_counter() - started))
+                return await asyncio.wait_for(asyncio.shield(future), remaining)
+            finally:
+                self._clients.pop(request_id, None)
         finally:
-            self._clients.pop(request_id, None)
+            self.admission.leave(keys)
 
     # ------------------------------------------------------------------ the pump
 

@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from accord.api import CommandSnapshot, HlcFloor, JournalRecord
+from accord.api import CommandSnapshot, Durable, HlcFloor, JournalRecord
 from accord.messages.codec import CodecError, decode_record, encode_record
 
 logger = logging.getLogger(__name__)
@@ -130,13 +130,20 @@ class FileJournal:
 
     def _compact(self) -> None:
         latest: dict[object, CommandSnapshot] = {}
+        durable: dict[object, None] = {}
         floor = 0
         for record in self.records:
             if isinstance(record, HlcFloor):
                 floor = max(floor, record.value)
+            elif isinstance(record, Durable):
+                durable.update(dict.fromkeys(record.txn_ids))
             else:
                 latest[record.txn_id] = record
         kept: list[JournalRecord] = [HlcFloor(floor), *latest.values()]
+        ids = tuple(r.txn_id for r in latest.values() if r.txn_id in durable)
+        if ids:
+            # After the snapshots, as when first written: restore marks known commands.
+            kept.append(Durable(ids))
         temporary = self.path.with_suffix(".compact")
         with open(temporary, "wb") as handle:
             handle.write(_frames(kept, 0))

@@ -106,6 +106,26 @@ class SidecarCollector(Collector):
             "accord_peer_messages_dropped", "Peer messages dropped", peers.metrics.dropped
         )
         yield _counter(
+            "accord_peer_messages_expired",
+            "Peer messages dropped unsent after waiting too long in a queue",
+            peers.metrics.expired,
+        )
+        yield _counter(
+            "accord_progress_deferred",
+            "Progress-log scans that left work for later (coordinator budget spent)",
+            stats.progress_deferred,
+        )
+        yield _counter(
+            "accord_admission_refused",
+            "Client transactions refused by admission control (RESOURCE_EXHAUSTED)",
+            host.metrics.refused,
+        )
+        yield _gauge(
+            "accord_admission_waiting",
+            "Client transactions waiting for a per-key slot",
+            host.admission.waiting,
+        )
+        yield _counter(
             "accord_peer_messages_refused",
             "Incoming peer messages refused (undecodable, misaddressed or invalid)",
             peers.metrics.refused,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,19 @@ IN_FLIGHT_LIMIT = 16
 # 200k garbage payloads in one batch once wrote 26 MB of warnings and stalled the loop.
 REFUSAL_LOG_SECONDS = 10.0
 
+# A message queued longer than this is dropped unsent. While a peer is down its queue
+# fills; delivering thousands of stale PreAccepts and Applies when it came back made it
+# record and then recover transactions long decided elsewhere (tests/sidecar/storm.py:
+# recoveries climbing for minutes after a restart). The protocol re-sends what still
+# matters on its own timers, with fresh state.
+MAX_AGE_SECONDS = 2.0
+
 
 @dataclass
 class TransportMetrics:
     sent: int = 0
     dropped: int = 0
+    expired: int = 0
     failed_batches: int = 0
     received: int = 0
     refused: int = 0
@@ -166,7 +175,7 @@ class PeerSender:
         self.channel = channel
         self.stub = peer_pb2_grpc.PeerStub(channel)
         self.metrics = metrics
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self._backoff = 0.05
         self._backoff_until = 0.0
@@ -175,7 +184,7 @@ class PeerSender:
         if self.queue.qsize() >= QUEUE_LIMIT:
             self.queue.get_nowait()
             self.metrics.dropped += 1
-        self.queue.put_nowait(encode_message(envelope))
+        self.queue.put_nowait((time.monotonic(), encode_message(envelope)))
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run())
@@ -188,12 +197,24 @@ class PeerSender:
         slots = asyncio.Semaphore(IN_FLIGHT_LIMIT)
         pending: set[asyncio.Task[None]] = set()
         while True:
-            batch = [await self.queue.get()]
-            while len(batch) < BATCH_LIMIT and not self.queue.empty():
-                batch.append(self.queue.get_nowait())
+            first = await self.queue.get()
             await slots.acquire()
             if self._backoff_until > asyncio.get_running_loop().time():
                 await asyncio.sleep(self._backoff_until - asyncio.get_running_loop().time())
+            # Taken after the waits above, so a batch never carries what went stale there.
+            oldest = time.monotonic() - MAX_AGE_SECONDS
+            batch = [first[1]] if first[0] >= oldest else []
+            while len(batch) < BATCH_LIMIT and not self.queue.empty():
+                queued_at, payload = self.queue.get_nowait()
+                if queued_at >= oldest:
+                    batch.append(payload)
+                else:
+                    self.metrics.expired += 1
+            if first[0] < oldest:
+                self.metrics.expired += 1
+            if not batch:
+                slots.release()
+                continue
             task = asyncio.create_task(self._deliver(batch, slots))
             pending.add(task)
             task.add_done_callback(pending.discard)

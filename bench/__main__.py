@@ -11,6 +11,10 @@ Suites:
 * ``throughput``: saturation on a real 3-node Cassandra, Accord vs LWT, same cluster and run;
 * ``sim``: simulated transactions per CPU-second;
 * ``saga``: saga store on a real Cassandra node;
+* ``restart``: ok transfers/s around SIGKILLs and restarts of different sidecars, and the
+  time until each restarted sidecar serves again;
+* ``overload``: bursts of 300, 2,000 and 10,500 concurrent transfers on 3 hot accounts:
+  answers, peak RSS, time until normal service;
 * ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
 
 ``--quick`` is a small run that checks the suite works and writes well-formed output; its
@@ -38,6 +42,8 @@ SUITES: dict[str, str] = {
     "throughput": "bench.throughput",
     "sim": "bench.sim_throughput",
     "saga": "bench.saga_store",
+    "restart": "bench.restart",
+    "overload": "bench.overload",
 }
 if importlib.util.find_spec("bench.recovery_engine") is not None:
     SUITES["recovery"] = "bench.recovery_engine"

@@ -67,7 +67,7 @@ from accord import (
     WriteOp,
     ring_topology,
 )
-from accord.api import CommandSnapshot, DataRead, DataWrite, JournalRecord, Ready
+from accord.api import CommandSnapshot, DataRead, DataWrite, HlcFloor, JournalRecord, Ready
 from accord.messages import Envelope, Message
 from accord.messages.codec import CodecError, decode_message, encode_message
 from maelstrom.operations import (
@@ -152,8 +152,9 @@ class MemoryJournal:
         for record in records:
             if isinstance(record, CommandSnapshot):
                 self.commands[record.txn_id] = record
-            else:
+            elif isinstance(record, HlcFloor):
                 self.hlc_floor = max(self.hlc_floor, record.value)
+            # Durable records are not kept: nothing is ever restored from this journal.
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any, Final, Generic, TypeVar, cast, get_args, get_type_hints
 import msgpack
 
 from accord import messages
-from accord.api import HlcFloor, JournalRecord
+from accord.api import Durable, HlcFloor, JournalRecord
 from accord.invariants import AccordError, check_state
 from accord.local.command import CommandSnapshot
 from accord.messages import Envelope, Message
@@ -453,10 +453,14 @@ _MESSAGE_BY_TAG: Final[dict[int, _Schema]] = {
     tag: _schema(cls, tag) for cls, tag in _MESSAGE_TAGS.items()
 }
 _TOP_BY_TAG: Final = {ENVELOPE_TAG: _schema(Envelope, ENVELOPE_TAG), **_MESSAGE_BY_TAG}
-_RECORD_BY_TAG: Final = {100: _schema(CommandSnapshot, 100), 101: _schema(HlcFloor, 101)}
+_RECORD_BY_TAG: Final = {
+    100: _schema(CommandSnapshot, 100),
+    101: _schema(HlcFloor, 101),
+    102: _schema(Durable, 102),
+}
 _ANY_BY_TAG: Final = {**_TOP_BY_TAG, **_RECORD_BY_TAG}
 _BY_CLASS: Final = {s.cls: s for s in _ANY_BY_TAG.values()}
-check_state(len(_BY_CLASS) == len(_ANY_BY_TAG) == 23, "codec tags or classes are not unique")
+check_state(len(_BY_CLASS) == len(_ANY_BY_TAG) == 24, "codec tags or classes are not unique")
 
 MESSAGE_TAGS: Final[Mapping[type[Any], int]] = dict(_MESSAGE_TAGS)
 """The wire tag of every message class (``Envelope`` is :data:`ENVELOPE_TAG`)."""

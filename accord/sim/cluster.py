@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accord.api import ClientReply, HlcFloor, JournalRecord, Ready
+from accord.api import ClientReply, Durable, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
@@ -128,6 +128,7 @@ class _NodeSlot:
     clock: SimClock
     journal: dict[TxnId, CommandSnapshot] = field(default_factory=dict)
     hlc_floor: int = 0
+    durable: dict[TxnId, None] = field(default_factory=dict)
     incarnation: int = 0
     data_busy_until: int = 0
     crashes: int = 0
@@ -235,7 +236,11 @@ class Cluster:
 
     def _start(self, node_id: int) -> None:
         slot = self.slots[node_id]
-        records: list[JournalRecord] = [HlcFloor(slot.hlc_floor), *slot.journal.values()]
+        records: list[JournalRecord] = [
+            HlcFloor(slot.hlc_floor),
+            *slot.journal.values(),
+            Durable(tuple(slot.durable)),
+        ]
         node_rng = random.Random(self.seed * 1_000_003 + node_id * 7919 + slot.incarnation)
         slot.node = Node(
             node_id,
@@ -353,6 +358,8 @@ class Cluster:
         for record in ready.persist:
             if isinstance(record, HlcFloor):
                 slot.hlc_floor = max(slot.hlc_floor, record.value)
+            elif isinstance(record, Durable):
+                slot.durable.update(dict.fromkeys(record.txn_ids))
             else:
                 slot.journal[record.txn_id] = record
                 self.oracle.on_persist(node_id, record)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from accord.api import HlcFloor
+from accord.api import Durable, HlcFloor
 from accord.local.command import CommandSnapshot
 from accord.messages import (
     Accept,
@@ -291,8 +291,11 @@ command_snapshots: SearchStrategy[CommandSnapshot] = st.builds(
     key_hint=st.none() | keys(),
 )
 hlc_floors: SearchStrategy[HlcFloor] = st.builds(HlcFloor, int64s)
-journal_records: SearchStrategy[CommandSnapshot | HlcFloor] = st.one_of(
-    command_snapshots, hlc_floors
+durables: SearchStrategy[Durable] = st.builds(
+    Durable, st.lists(timestamps(), max_size=4).map(tuple)
+)
+journal_records: SearchStrategy[CommandSnapshot | HlcFloor | Durable] = st.one_of(
+    command_snapshots, hlc_floors, durables
 )
 
 

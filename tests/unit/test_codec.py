@@ -17,7 +17,7 @@ from strategies import (
     values,
 )
 
-from accord.api import HlcFloor
+from accord.api import Durable, HlcFloor
 from accord.invariants import AccordError
 from accord.local.command import CommandSnapshot
 from accord.messages import (
@@ -95,7 +95,7 @@ def test_every_message_class_has_a_tag_and_a_strategy() -> None:
     classes = set(get_args(Message))
     assert set(MESSAGE_TAGS) == classes
     assert set(MESSAGE_STRATEGIES) == classes
-    assert set(RECORD_TAGS) == {CommandSnapshot, HlcFloor}
+    assert set(RECORD_TAGS) == {CommandSnapshot, HlcFloor, Durable}
 
 
 def test_tags_are_frozen_because_journals_outlive_releases() -> None:
@@ -126,6 +126,7 @@ def test_tags_are_frozen_because_journals_outlive_releases() -> None:
     assert {cls.__name__: tag for cls, tag in RECORD_TAGS.items()} == {
         "CommandSnapshot": 100,
         "HlcFloor": 101,
+        "Durable": 102,
     }
 
 
@@ -166,7 +167,7 @@ def test_envelopes_round_trip_exactly(envelope: Envelope) -> None:
 
 @given(journal_records)
 @SLOW
-def test_journal_records_round_trip_exactly(record: CommandSnapshot | HlcFloor) -> None:
+def test_journal_records_round_trip_exactly(record: CommandSnapshot | HlcFloor | Durable) -> None:
     encoded = encode_record(record)
     assert identical(decode_record(encoded), record)
     assert encode_record(decode_record(encoded)) == encoded
@@ -487,7 +488,9 @@ def test_every_truncation_is_a_codec_error(message: object) -> None:
 
 @given(journal_records)
 @SLOW
-def test_every_truncated_record_is_a_codec_error(record: CommandSnapshot | HlcFloor) -> None:
+def test_every_truncated_record_is_a_codec_error(
+    record: CommandSnapshot | HlcFloor | Durable,
+) -> None:
     data = encode_record(record)
     for end in range(len(data)):
         with pytest.raises(CodecError):
@@ -548,7 +551,7 @@ def test_structurally_mutated_input_decodes_or_raises_codec_error(
     obj: object, data: st.DataObject
 ) -> None:
     """Wrong types, wrong field counts and wrong tags anywhere in a valid message."""
-    is_record = isinstance(obj, CommandSnapshot | HlcFloor)
+    is_record = isinstance(obj, CommandSnapshot | HlcFloor | Durable)
     wire = unpack(encode_record(obj) if is_record else encode_message(obj))  # type: ignore[arg-type]
     array = wire
     for index in data.draw(st.sampled_from(array_paths(wire))):
