@@ -317,13 +317,9 @@ def test_forged_preaccepts_cannot_grow_a_node_without_bound(cluster: LocalSideca
 
 
 # Last in this module: it may leave the cluster busy for the rest of it.
-@pytest.mark.xfail(
-    reason="recovering a few dozen undecided forged txns on the same 100 keys can saturate "
-    "a node for a minute or more (hundreds of recoveries, few invalidations): the recovery "
-    "storm of issue 12 item 5, for admission control rather than peer-input checks",
-    strict=False,
-)
 def test_the_cluster_serves_soon_after_forged_preaccepts(cluster: LocalSidecars) -> None:
+    # The forged txns that got in are recovered (and invalidated) by a progress log that
+    # runs at most max_progress_coordinators at once, so they cannot starve real work.
     deadline = time.monotonic() + 60
     while True:
         try:
