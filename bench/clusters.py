@@ -213,12 +213,12 @@ def bench_cassandra(nodes: int = 3) -> Iterator[CassandraHandle]:
 
     existing = os.environ.get(CONTACT_POINTS_ENV)
     if existing:
-        from accord_cassandra.testing.launcher import parse_contact_points
+        from accord_cassandra.launcher import parse_contact_points
 
         ips, port = parse_contact_points(existing)
         yield CassandraHandle(ips, port, f"existing cluster {existing}", LAYER_NONE)
         return
-    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+    from accord_cassandra.launcher import ClusterSpec, LocalCluster
 
     ips = bench_ips(nodes)
     spec = ClusterSpec(nodes=nodes, first_ip=ips[0], cluster_name="accord_bench")
@@ -259,7 +259,7 @@ def _announce_through(proxies: Sequence[str]) -> Iterator[None]:
     coordinator (``local_datacenter``): otherwise the driver would reach remote nodes' native
     port directly, a path no proxy delays.
     """
-    from accord_cassandra.testing import launcher
+    from accord_cassandra.launcher import cluster as launcher
 
     original_config = launcher.node_config
     original_options = launcher.node_jvm_options
@@ -322,7 +322,7 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
     datacenter ``region_of(i)`` (A, B, C). Clients use the native port on 127.0.88.i directly
     and should stay in their datacenter.
     """
-    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+    from accord_cassandra.launcher import ClusterSpec, LocalCluster
     from bench.wan import LAYER_PROXY
 
     ips, announced = bench_ips(nodes), proxy_ips(nodes)

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accord_cassandra.testing import launcher
-from accord_cassandra.testing.launcher import (
+from accord_cassandra.launcher import (
     ClusterSpec,
     LauncherError,
     LocalCluster,
     PortBusyError,
 )
+from accord_cassandra.launcher import cluster as launcher
 
 THREE_NODE_TOKENS = [-9223372036854775808, -3074457345618258603, 3074457345618258602]
 
@@ -201,7 +201,7 @@ def test_ports_nobody_holds_are_not_reported() -> None:
 
 def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, launcher.ENV_CACHE: str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "accord_cassandra.testing.launcher", *args]
+    command = [sys.executable, "-m", "accord_cassandra.launcher", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
 

@@ -5,7 +5,7 @@ dependencies with Maven into a cache outside the repository, and `up` runs one
 `CassandraDaemon` JVM per node on 127.0.0.1..N. docs/cassandra-launch.md records the recipe,
 where it deviates from the reference and the figures measured on the CI machine.
 
-CLI: ``python -m accord_cassandra.testing.launcher {fetch,up,down,status}``.
+CLI: ``python -m accord_cassandra.launcher {fetch,up,down,status}``.
 Python API: :class:`LocalCluster` (launched here) and :class:`ExternalCluster` (already running).
 """
 
@@ -1114,7 +1114,7 @@ def _add_base_dir(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m accord_cassandra.testing.launcher",
+        prog="python -m accord_cassandra.launcher",
         description="Fetch Cassandra 5.0 jars and run local test nodes on 127.0.0.x.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
