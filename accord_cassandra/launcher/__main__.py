@@ -2,6 +2,6 @@
 
 import sys
 
-from accord_cassandra.launcher.cluster import main
+from accord_cassandra.launcher.cli import main
 
 sys.exit(main())
