@@ -65,13 +65,13 @@ importlint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 cassandra-jars: $(STAMP)
-	$(PY) -m accord_cassandra.testing.launcher fetch
+	$(PY) -m accord_cassandra.launcher fetch
 
 cassandra-up: cassandra-jars
-	$(PY) -m accord_cassandra.testing.launcher up --nodes 3
+	$(PY) -m accord_cassandra.launcher up --nodes 3
 
 cassandra-down: $(STAMP)
-	$(PY) -m accord_cassandra.testing.launcher down
+	$(PY) -m accord_cassandra.launcher down
 
 ## A longer burn test: 200 seeds x 2000 transactions, every fault.
 soak: $(STAMP)

@@ -63,7 +63,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
     cassandra = None
     launched = None
     if args.cassandra:
-        from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+        from accord_cassandra.launcher import ClusterSpec, LocalCluster
 
         launched = LocalCluster(ClusterSpec(nodes=args.nodes), directory / "cassandra")
         launched.start()

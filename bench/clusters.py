@@ -14,17 +14,21 @@ listen: the tests use 127.0.0.1-3 and 127.0.1.1, the saga bench 127.0.77.1.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accord_cassandra.cluster import LocalSidecars, SidecarProcess
 from bench.report import note
 from bench.wan import REGIONS, Link, ProxyProcess, RttMatrix
+
+if TYPE_CHECKING:
+    from accord_cassandra.launcher import ClusterSpec
 
 FIRST_IP_ENV = "BENCH_CASSANDRA_FIRST_IP"
 PROXY_FIRST_IP_ENV = "BENCH_CASSANDRA_PROXY_FIRST_IP"
@@ -213,12 +217,12 @@ def bench_cassandra(nodes: int = 3) -> Iterator[CassandraHandle]:
 
     existing = os.environ.get(CONTACT_POINTS_ENV)
     if existing:
-        from accord_cassandra.testing.launcher import parse_contact_points
+        from accord_cassandra.launcher import parse_contact_points
 
         ips, port = parse_contact_points(existing)
         yield CassandraHandle(ips, port, f"existing cluster {existing}", LAYER_NONE)
         return
-    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+    from accord_cassandra.launcher import ClusterSpec, LocalCluster
 
     ips = bench_ips(nodes)
     spec = ClusterSpec(nodes=nodes, first_ip=ips[0], cluster_name="accord_bench")
@@ -245,45 +249,42 @@ def _pids(cluster: Any) -> list[int]:
     return [pid for i in cluster.spec.indexes if (pid := cluster.node_pid(i)) is not None]
 
 
-@contextlib.contextmanager
-def _announce_through(proxies: Sequence[str]) -> Iterator[None]:
-    """Make the launcher write ``broadcast_address`` = the node's proxy IP (seeds likewise)
-    and put node *i* in datacenter ``region_of(i)`` (GossipingPropertyFileSnitch).
-
-    The launcher has no hook for extra cassandra.yaml keys or JVM options, and
-    ``write_node_files`` looks ``node_config`` and ``node_jvm_options`` up in its module at
-    call time, so the bench wraps them for the duration of the start. TODO(desired): a
-    ``ClusterSpec`` field for extra config and JVM options would remove this wrapper.
+def announced_spec(ips: Sequence[str], proxies: Sequence[str], folder: Path) -> ClusterSpec:
+    """A spec whose node *i* announces ``broadcast_address`` = its proxy IP (seeds likewise)
+    and is datacenter ``region_of(i)`` (GossipingPropertyFileSnitch, whose rack/dc files
+    are written into ``folder``).
 
     Datacenters per region let each sidecar's driver use only its own region's node as
     coordinator (``local_datacenter``): otherwise the driver would reach remote nodes' native
     port directly, a path no proxy delays.
     """
-    from accord_cassandra.testing import launcher
+    from accord_cassandra.launcher import ClusterSpec
 
-    original_config = launcher.node_config
-    original_options = launcher.node_jvm_options
-
-    def announced(spec: Any, index: int, directory: Path) -> dict[str, Any]:
-        config = original_config(spec, index, directory)
-        config["broadcast_address"] = proxies[index - 1]
-        config["seed_provider"][0]["parameters"][0]["seeds"] = f"{proxies[0]}:{spec.storage_port}"
-        config["endpoint_snitch"] = "GossipingPropertyFileSnitch"
-        (directory / "conf" / RACKDC_FILE).write_text(f"dc={region_of(index)}\nrack=rack1\n")
-        return config
-
-    def options(spec: Any, directory: Path, lib_dir: Path, java_major: int = 17) -> list[str]:
-        found = original_options(spec, directory, lib_dir, java_major)
-        rackdc = (directory / "conf" / RACKDC_FILE).as_uri()
-        return [*found, f"-D{RACKDC_FILE}={rackdc}"]
-
-    launcher.node_config = announced
-    launcher.node_jvm_options = options
-    try:
-        yield
-    finally:
-        launcher.node_config = original_config
-        launcher.node_jvm_options = original_options
+    plain = ClusterSpec(nodes=len(ips), first_ip=ips[0], cluster_name="accord_bench_wan")
+    seeds = [
+        {
+            "class_name": "org.apache.cassandra.locator.SimpleSeedProvider",
+            "parameters": [{"seeds": f"{proxies[0]}:{plain.storage_port}"}],
+        }
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    options: dict[int, list[str]] = {}
+    for index in plain.indexes:
+        rackdc = folder / f"node{index}-{RACKDC_FILE}"
+        rackdc.write_text(f"dc={region_of(index)}\nrack=rack1\n")
+        options[index] = [f"-D{RACKDC_FILE}={rackdc.as_uri()}"]
+    return dataclasses.replace(
+        plain,
+        extra_config={
+            index: {
+                "broadcast_address": proxies[index - 1],
+                "seed_provider": seeds,
+                "endpoint_snitch": "GossipingPropertyFileSnitch",
+            }
+            for index in plain.indexes
+        },
+        extra_jvm_options=options,
+    )
 
 
 def internode_links(
@@ -322,12 +323,12 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
     datacenter ``region_of(i)`` (A, B, C). Clients use the native port on 127.0.88.i directly
     and should stay in their datacenter.
     """
-    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+    from accord_cassandra.launcher import LocalCluster
     from bench.wan import LAYER_PROXY
 
     ips, announced = bench_ips(nodes), proxy_ips(nodes)
-    spec = ClusterSpec(nodes=nodes, first_ip=ips[0], cluster_name="accord_bench_wan")
     with tempfile.TemporaryDirectory(prefix="accord-bench-wan-cassandra-") as folder:
+        spec = announced_spec(ips, announced, Path(folder) / "rackdc")
         links = internode_links(ips, announced, matrix, spec.storage_port)
         proxies = ProxyProcess(links, Path(folder) / "wan")
         proxies.start()
@@ -343,8 +344,7 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
         )
         try:
             note(f"starting {nodes} Cassandra nodes on {', '.join(ips)} behind WAN proxies")
-            with _announce_through(announced):
-                cluster.start()
+            cluster.start()
             handle.pids = _pids(cluster)
             yield handle
         finally:

@@ -67,7 +67,7 @@ def run(*, matrix: RttMatrix, quick: bool) -> dict[str, Any]:
 def _measure(
     cassandra: CassandraHandle, keyspace: str, matrix: RttMatrix, count: int, pause: float
 ) -> dict[str, dict[str, LoadResult]]:
-    from accord_cassandra.testing.launcher import driver_cluster
+    from accord_cassandra.launcher import driver_cluster
 
     drivers = [
         driver_cluster([ip], cassandra.native_port, only=ip, timeout=30.0)

@@ -194,7 +194,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
         report["cassandra"] = f"existing node {existing}"
         report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile)))
         return report
-    from accord_cassandra.testing.launcher import ClusterSpec, LocalCluster
+    from accord_cassandra.launcher import ClusterSpec, LocalCluster
 
     node_ip = os.environ.get(NODE_IP_ENV, BENCH_NODE_IP)
     with tempfile.TemporaryDirectory(prefix="stacksaga-bench-") as base_dir:

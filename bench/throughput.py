@@ -88,7 +88,7 @@ def _on_cluster(
     profile: bool,
     report: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    from accord_cassandra.testing.launcher import driver_cluster
+    from accord_cassandra.launcher import driver_cluster
 
     driver = driver_cluster(cassandra.contact_points, cassandra.native_port, timeout=30.0)
     session = driver.connect()

@@ -169,7 +169,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.contact_point:
         host, _, port = args.contact_point.partition(":")
         return asyncio.run(run_demo([(host, int(port or 9042))], print))
-    from accord_cassandra.testing.launcher import ClusterSpec, LauncherError, LocalCluster
+    from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="stacksaga-demo-") as base_dir:
         spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")

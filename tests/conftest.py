@@ -1,6 +1,6 @@
 """Real Cassandra for the tests: a single node and a 3-node cluster, started on demand.
 
-Both are session-scoped and launched by accord_cassandra.testing.launcher only when a test
+Both are session-scoped and launched by accord_cassandra.launcher only when a test
 asks for them. They live on different loopback addresses, so both can run at once and
 neither test set waits for the other's restarts:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from accord_cassandra.testing.launcher import (
+from accord_cassandra.launcher import (
     CassandraHandle,
     ClusterSpec,
     ExternalCluster,

@@ -9,7 +9,7 @@ from cassandra import ConsistencyLevel, Unavailable
 from cassandra.cluster import Session
 from cassandra.query import SimpleStatement
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 
 pytestmark = pytest.mark.cassandra
 

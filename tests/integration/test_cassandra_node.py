@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 
 pytestmark = pytest.mark.cassandra
 

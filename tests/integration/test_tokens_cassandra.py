@@ -15,7 +15,7 @@ import pytest
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.tokens import (
     bigint_key,
     blob_key,

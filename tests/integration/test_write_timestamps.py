@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cassandra.cluster import Session
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 
 pytestmark = pytest.mark.cassandra
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.commit_modes import CrashPoints
 from stacksaga_store.config import CommitModeName, StackSagaSettings, load_settings

@@ -23,7 +23,7 @@ import pytest
 
 from accord_cassandra.cluster import LocalSidecars, wait_serving
 from accord_cassandra.datastore import accord_tables_cql
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 
 TOKEN = "test-token-0123456789"
 ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]

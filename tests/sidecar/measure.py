@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
     session: Any = None
     cassandra: Any = None
     if args.store == "cassandra":
-        from accord_cassandra.testing.launcher import LocalCluster
+        from accord_cassandra.launcher import LocalCluster
 
         cassandra = LocalCluster.attach(Path(args.cassandra_dir))
         session = cassandra.connect()

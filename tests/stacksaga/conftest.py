@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.config import StackSagaSettings, load_settings
 from stacksaga_store.driver import DriverConfig, parse_driver_config
 from stacksaga_store.runtime import StoreRuntime, connect_sync, open_runtime

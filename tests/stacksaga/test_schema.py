@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accord_cassandra.testing.launcher import CassandraHandle
+from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.__main__ import EXIT_OK, EXIT_PROBLEMS, main
 from stacksaga_store.config import load_settings
 from stacksaga_store.driver import parse_driver_config

@@ -11,17 +11,24 @@ import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from accord_cassandra.testing import launcher
-from accord_cassandra.testing.launcher import (
+from accord_cassandra.launcher import (
     ClusterSpec,
+    ExternalCluster,
     LauncherError,
     LocalCluster,
     PortBusyError,
+    jdk,
+    maven,
+    process,
 )
+from accord_cassandra.launcher import node_config as node_files
+from accord_cassandra.launcher.cluster import STATE_FILE, parse_contact_points
+from accord_cassandra.launcher.spec import ring_tokens
 
 THREE_NODE_TOKENS = [-9223372036854775808, -3074457345618258603, 3074457345618258602]
 
@@ -44,9 +51,9 @@ def listener() -> Iterator[tuple[str, int]]:
 
 
 def test_ring_tokens_are_balanced_like_ccm() -> None:
-    assert launcher.ring_tokens(1) == [-(2**63)]
-    assert launcher.ring_tokens(3) == THREE_NODE_TOKENS
-    tokens = launcher.ring_tokens(5)
+    assert ring_tokens(1) == [-(2**63)]
+    assert ring_tokens(3) == THREE_NODE_TOKENS
+    tokens = ring_tokens(5)
     gaps = {b - a for a, b in itertools.pairwise(tokens)}
     assert gaps == {2**64 // 5}
     assert all(-(2**63) <= t < 2**63 for t in tokens)
@@ -54,7 +61,7 @@ def test_ring_tokens_are_balanced_like_ccm() -> None:
 
 def test_ring_tokens_reject_an_empty_ring() -> None:
     with pytest.raises(ValueError, match="at least one node"):
-        launcher.ring_tokens(0)
+        ring_tokens(0)
 
 
 def test_spec_places_node_i_on_first_ip_plus_i_minus_1() -> None:
@@ -79,7 +86,7 @@ def test_only_cassandra_5_0_is_accepted(version: str) -> None:
 
 def test_node_config_has_the_minimal_fast_keys(tmp_path: Path) -> None:
     spec = ClusterSpec(nodes=3)
-    config = launcher.node_config(spec, 2, tmp_path / "node2")
+    config = node_files.node_config(spec, 2, tmp_path / "node2")
     assert config["listen_address"] == config["rpc_address"] == "127.0.0.2"
     assert config["initial_token"] == str(THREE_NODE_TOKENS[1])
     assert config["num_tokens"] == 1
@@ -95,9 +102,9 @@ def test_node_config_has_the_minimal_fast_keys(tmp_path: Path) -> None:
 
 def test_written_files_parse_and_match(tmp_path: Path, lib_dir: Path) -> None:
     spec = ClusterSpec(nodes=3, heap_mb=300)
-    directory = launcher.write_node_files(spec, 3, tmp_path / "base", lib_dir, 17)
+    directory = node_files.write_node_files(spec, 3, tmp_path / "base", lib_dir, 17)
     written = yaml.safe_load((directory / "conf" / "cassandra.yaml").read_text())
-    assert written == launcher.node_config(spec, 3, directory)
+    assert written == node_files.node_config(spec, 3, directory)
     for sub in ("data", "commitlog", "hints", "saved_caches", "logs", "tmp", "triggers"):
         assert (directory / sub).is_dir()
     argfile = (directory / "conf" / "jvm.args").read_text().splitlines()
@@ -108,8 +115,95 @@ def test_written_files_parse_and_match(tmp_path: Path, lib_dir: Path) -> None:
     assert f"-Dcassandra.config={(directory / 'conf' / 'cassandra.yaml').as_uri()}" in argfile
 
 
+def test_extra_config_and_jvm_options_reach_only_their_node(tmp_path: Path, lib_dir: Path) -> None:
+    spec = ClusterSpec(
+        nodes=3,
+        extra_config={
+            2: {"broadcast_address": "127.0.89.2", "endpoint_snitch": "GossipingPropertyFileSnitch"}
+        },
+        extra_jvm_options={2: ["-Dcassandra-rackdc.properties=file:///r/2", "-Xmx512m"]},
+    )
+    directory = node_files.write_node_files(spec, 2, tmp_path / "base", lib_dir, 17)
+    written = yaml.safe_load((directory / "conf" / "cassandra.yaml").read_text())
+    assert written["broadcast_address"] == "127.0.89.2"
+    assert written["endpoint_snitch"] == "GossipingPropertyFileSnitch"
+    assert written["listen_address"] == "127.0.0.2"
+    argfile = (directory / "conf" / "jvm.args").read_text().splitlines()
+    # After the launcher's own -Xmx, so the JVM takes the extra one.
+    assert argfile[-2:] == ["-Dcassandra-rackdc.properties=file:///r/2", "-Xmx512m"]
+    assert argfile.index(f"-Xmx{spec.heap_mb}m") < len(argfile) - 2
+    other = node_files.node_config(spec, 1, tmp_path / "node1")
+    assert "broadcast_address" not in other
+    assert other["endpoint_snitch"] == "SimpleSnitch"
+    assert not any("rackdc" in o for o in node_files.node_jvm_options(spec, 1, tmp_path, lib_dir))
+
+
+def test_extras_are_copied_so_later_changes_do_not_leak_in() -> None:
+    config = {"broadcast_address": "127.0.89.1"}
+    options = ["-Da=1"]
+    spec = ClusterSpec(extra_config={1: config}, extra_jvm_options={1: options})
+    config["broadcast_address"] = "127.0.89.9"
+    options.append("-Db=2")
+    assert spec.extra_config == {1: {"broadcast_address": "127.0.89.1"}}
+    assert spec.extra_jvm_options == {1: ("-Da=1",)}
+
+
+@pytest.mark.parametrize(
+    ("extras", "message"),
+    [
+        ({"extra_config": {1: {"listen_address": "127.0.0.9"}}}, "sets listen_address"),
+        ({"extra_config": {1: {"native_transport_port": 1}}}, "sets native_transport_port"),
+        ({"extra_config": {4: {"x": 1}}}, "names node 4; this 3-node cluster has nodes 1..3"),
+        ({"extra_config": {0: {"x": 1}}}, "names node 0"),
+        ({"extra_config": {"1": {"x": 1}}}, "names node '1'"),
+        ({"extra_config": {1: {"x": object()}}}, "extra_config for node 1: .*not JSON"),
+        ({"extra_jvm_options": {1: "-Da=1"}}, "must be a list of strings"),
+        ({"extra_jvm_options": {1: ["-Da=1", 2]}}, "must be a list of strings"),
+        ({"extra_jvm_options": {5: ["-Da=1"]}}, "extra_jvm_options names node 5"),
+    ],
+)
+def test_bad_extras_are_refused_by_name(extras: dict[str, Any], message: str) -> None:
+    with pytest.raises(LauncherError, match=message):
+        ClusterSpec(nodes=3, **extras)
+
+
+def test_extras_survive_the_state_file(tmp_path: Path) -> None:
+    spec = ClusterSpec(
+        nodes=3,
+        extra_config={3: {"broadcast_address": "127.0.89.3", "seed_provider": [{"a": [1]}]}},
+        extra_jvm_options={1: ["-Da=1"]},
+    )
+    state = {"spec": spec.to_state(), "pids": {}}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    attached = LocalCluster.attach(tmp_path)
+    assert attached.spec == spec
+    assert node_files.node_config(attached.spec, 3, tmp_path)["broadcast_address"] == "127.0.89.3"
+
+
+def test_a_state_file_from_before_the_extras_still_attaches(tmp_path: Path) -> None:
+    old_spec = {
+        "nodes": 1,
+        "first_ip": "127.0.0.1",
+        "storage_port": 7000,
+        "native_port": 9042,
+        "heap_mb": 256,
+        "cluster_name": "accord_test",
+        "version": "5.0.6",
+    }
+    (tmp_path / STATE_FILE).write_text(json.dumps({"spec": old_spec, "pids": {"1": 1}}))
+    attached = LocalCluster.attach(tmp_path)
+    assert attached.spec == ClusterSpec(heap_mb=256)
+    assert attached.node_pid(1) == 1
+
+
+def test_a_damaged_state_file_is_a_launcher_error(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text(json.dumps({"spec": {"nodes": 1}}))
+    with pytest.raises(LauncherError, match="unreadable launcher state"):
+        LocalCluster.attach(tmp_path)
+
+
 def test_logback_logs_info_to_file_and_warn_to_console(tmp_path: Path) -> None:
-    root = ET.fromstring(launcher.logback_config(tmp_path))
+    root = ET.fromstring(node_files.logback_config(tmp_path))
     assert root.find("./appender[@name='FILE']/file").text == str(tmp_path / "logs" / "system.log")
     assert root.find("./appender[@name='CONSOLE']/filter/level").text == "WARN"
     assert root.find("./root").get("level") == "INFO"
@@ -118,17 +212,17 @@ def test_logback_logs_info_to_file_and_warn_to_console(tmp_path: Path) -> None:
 def test_security_manager_flag_only_after_java_17(tmp_path: Path, lib_dir: Path) -> None:
     spec = ClusterSpec()
     flag = "-Djava.security.manager=allow"
-    assert flag not in launcher.node_jvm_options(spec, tmp_path, lib_dir, 17)
-    assert flag in launcher.node_jvm_options(spec, tmp_path, lib_dir, 21)
+    assert flag not in node_files.node_jvm_options(spec, 1, tmp_path, lib_dir, 17)
+    assert flag in node_files.node_jvm_options(spec, 1, tmp_path, lib_dir, 21)
 
 
 def test_missing_jamm_jar_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LauncherError, match="no jamm jar"):
-        launcher.node_jvm_options(ClusterSpec(), tmp_path, tmp_path)
+        node_files.node_jvm_options(ClusterSpec(), 1, tmp_path, tmp_path)
 
 
 def test_argfile_quotes_only_paths_that_need_it() -> None:
-    text = launcher.argfile_text(["--add-opens a/b=ALL-UNNAMED", "-Dx=/p q/r", '-Dy=a"b'])
+    text = node_files.argfile_text(["--add-opens a/b=ALL-UNNAMED", "-Dx=/p q/r", '-Dy=a"b'])
     assert text.splitlines() == ["--add-opens a/b=ALL-UNNAMED", '"-Dx=/p q/r"', '"-Dy=a\\"b"']
 
 
@@ -142,22 +236,22 @@ def test_argfile_quotes_only_paths_that_need_it() -> None:
     ],
 )
 def test_java_major_is_parsed(output: str, major: int) -> None:
-    assert launcher.parse_java_major(output) == major
+    assert jdk.parse_java_major(output) == major
 
 
 def test_unreadable_java_version_is_an_error() -> None:
     with pytest.raises(LauncherError, match="cannot read the Java version"):
-        launcher.parse_java_major("command not found")
+        jdk.parse_java_major("command not found")
 
 
 @pytest.mark.parametrize(("major", "message"), [(24, "Security Manager"), (11, "too old")])
 def test_unsupported_java_is_refused(major: int, message: str) -> None:
     with pytest.raises(LauncherError, match=message):
-        launcher.check_java_major(major)
+        jdk.check_java_major(major)
 
 
 def test_java_17_is_accepted() -> None:
-    launcher.check_java_major(17)
+    jdk.check_java_major(17)
 
 
 def _write_marker(home: Path, version: str, jars: list[str]) -> None:
@@ -165,25 +259,25 @@ def _write_marker(home: Path, version: str, jars: list[str]) -> None:
     for jar in jars:
         (home / "lib" / jar).write_bytes(b"")
     marker = {"version": version, "jars": jars}
-    (home / launcher.MARKER_FILE).write_text(json.dumps(marker))
+    (home / maven.MARKER_FILE).write_text(json.dumps(marker))
 
 
 def test_fetch_marker_is_trusted_only_for_its_version_and_jars(tmp_path: Path) -> None:
     jars = ["cassandra-all-5.0.6.jar", "jamm-0.4.0.jar"]
     _write_marker(tmp_path, "5.0.6", jars)
-    assert launcher.is_fetched(tmp_path, "5.0.6")
-    assert not launcher.is_fetched(tmp_path, "5.0.5")
+    assert maven.is_fetched(tmp_path, "5.0.6")
+    assert not maven.is_fetched(tmp_path, "5.0.5")
     (tmp_path / "lib" / "jamm-0.4.0.jar").unlink()
-    assert not launcher.is_fetched(tmp_path, "5.0.6")
+    assert not maven.is_fetched(tmp_path, "5.0.6")
 
 
 def test_fetch_reuses_a_complete_cache_without_maven(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(launcher.ENV_CACHE, str(tmp_path))
+    monkeypatch.setenv(maven.ENV_CACHE, str(tmp_path))
     monkeypatch.setenv("PATH", "/nonexistent")
     _write_marker(tmp_path / "cassandra-5.0.6", "5.0.6", ["cassandra-all-5.0.6.jar"])
-    assert launcher.fetch("5.0.6") == tmp_path / "cassandra-5.0.6" / "lib"
+    assert maven.fetch("5.0.6") == tmp_path / "cassandra-5.0.6" / "lib"
 
 
 def test_busy_port_is_named(listener: tuple[str, int], tmp_path: Path) -> None:
@@ -192,16 +286,16 @@ def test_busy_port_is_named(listener: tuple[str, int], tmp_path: Path) -> None:
     with pytest.raises(PortBusyError, match=f"{ip}:{port}") as caught:
         cluster.start()
     assert f"{ip}:7000" not in str(caught.value)
-    assert not (tmp_path / launcher.STATE_FILE).exists()
+    assert not (tmp_path / STATE_FILE).exists()
 
 
 def test_ports_nobody_holds_are_not_reported() -> None:
-    assert launcher.busy_ports([("127.0.77.8", 7000), ("127.0.77.8", 9042)]) == []
+    assert process.busy_ports([("127.0.77.8", 7000), ("127.0.77.8", 9042)]) == []
 
 
 def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, launcher.ENV_CACHE: str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "accord_cassandra.testing.launcher", *args]
+    env = {**os.environ, maven.ENV_CACHE: str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "accord_cassandra.launcher", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
 
@@ -238,25 +332,25 @@ def test_cli_status_without_state_is_an_error(tmp_path: Path) -> None:
     ],
 )
 def test_contact_points_are_parsed(text: str, expected: tuple[list[str], int]) -> None:
-    assert launcher.parse_contact_points(text) == expected
+    assert parse_contact_points(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "127.0.0.1:1,127.0.0.2:2"])
 def test_bad_contact_points_are_refused(text: str) -> None:
     with pytest.raises(LauncherError):
-        launcher.parse_contact_points(text)
+        parse_contact_points(text)
 
 
 def test_external_cluster_refuses_non_loopback_and_node_control() -> None:
     with pytest.raises(LauncherError, match="outside"):
-        launcher.ExternalCluster(["10.1.2.3"])
-    external = launcher.ExternalCluster(["127.0.0.1"])
+        ExternalCluster(["10.1.2.3"])
+    external = ExternalCluster(["127.0.0.1"])
     with pytest.raises(LauncherError, match="started by this launcher"):
         external.stop_node(1)
 
 
 def test_a_foreign_pid_is_never_taken_for_a_node(tmp_path: Path) -> None:
-    assert not launcher.pid_is_node(os.getpid(), tmp_path)
+    assert not process.pid_is_node(os.getpid(), tmp_path)
 
 
 def _fake_tool(bin_dir: Path, name: str, script: str) -> None:
@@ -273,8 +367,8 @@ def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(launcher, "JVM_ROOTS", (tmp_path / "jvm",))
-    monkeypatch.setenv(launcher.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(jdk, "JVM_ROOTS", (tmp_path / "jvm",))
+    monkeypatch.setenv(maven.ENV_CACHE, str(tmp_path / "cache"))
     _fake_tool(bin_dir, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
     return bin_dir
 
@@ -284,35 +378,35 @@ def test_maven_failure_shows_its_last_lines(fake_path: Path) -> None:
         fake_path, "mvn", "echo 'Downloading something'; echo '[ERROR] no route' >&2; exit 1"
     )
     with pytest.raises(LauncherError, match=r"exit 1\)[\s\S]*\[ERROR\] no route"):
-        launcher.fetch("5.0.6")
-    assert not launcher.is_fetched(launcher.version_home("5.0.6"), "5.0.6")
+        maven.fetch("5.0.6")
+    assert not maven.is_fetched(maven.version_home("5.0.6"), "5.0.6")
 
 
 def test_maven_success_is_recorded_once(fake_path: Path) -> None:
     script = "for a; do case $a in -DoutputDirectory=*) d=${a#*=};; esac; done\n"
     script += 'mkdir -p "$d" && touch "$d/cassandra-all-5.0.6.jar" "$d/jamm-0.4.0.jar"'
     _fake_tool(fake_path, "mvn", script)
-    lib = launcher.fetch("5.0.6")
+    lib = maven.fetch("5.0.6")
     assert sorted(p.name for p in lib.iterdir()) == ["cassandra-all-5.0.6.jar", "jamm-0.4.0.jar"]
     _fake_tool(fake_path, "mvn", "exit 1")
-    assert launcher.fetch("5.0.6") == lib
+    assert maven.fetch("5.0.6") == lib
 
 
 def test_missing_maven_is_named(fake_path: Path) -> None:
     with pytest.raises(LauncherError, match="`mvn` not found"):
-        launcher.fetch("5.0.6")
+        maven.fetch("5.0.6")
 
 
 def test_java_24_is_refused_before_maven_runs(fake_path: Path) -> None:
     _fake_tool(fake_path, "java", "echo 'openjdk version \"24.0.1\" 2025-04-15' >&2")
     with pytest.raises(LauncherError, match=r"Java 24 cannot run Cassandra 5\.0"):
-        launcher.fetch("5.0.6")
+        maven.fetch("5.0.6")
 
 
 def test_missing_java_is_named(fake_path: Path) -> None:
     (fake_path / "java").unlink()
     with pytest.raises(LauncherError, match="`java` not found"):
-        launcher.check_java()
+        jdk.check_java()
 
 
 def test_a_jdk_17_beside_a_too_new_java_is_used(fake_path: Path) -> None:
@@ -320,4 +414,4 @@ def test_a_jdk_17_beside_a_too_new_java_is_used(fake_path: Path) -> None:
     jdk17 = fake_path.parent / "jvm" / "openjdk-17" / "bin"
     jdk17.mkdir(parents=True)
     _fake_tool(jdk17, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
-    assert launcher.check_java() == (str(jdk17 / "java"), 17)
+    assert jdk.check_java() == (str(jdk17 / "java"), 17)
