@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 ``stacksaga.cassandra.config`` names a HOCON file in the DataStax Java driver format, as in the
-seed. :func:`load_driver_config` finds it, parses it with :mod:`stacksaga_store.hocon` and turns
-the keys below into a typed :class:`DriverConfig`; :func:`build_cluster` turns that into a
+seed. :func:`load_driver_config` finds it, parses it with :mod:`stacksaga_store.config.hocon` and
+turns the keys below into a typed :class:`DriverConfig`; :func:`build_cluster` turns that into a
 ``cassandra.cluster.Cluster``. Keys are paths under ``datastax-java-driver``:
 
 ===========================================  =================================================
@@ -44,10 +44,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.durations import parse_duration
+from stacksaga_store.config.durations import parse_duration
+from stacksaga_store.config.hocon import parse_hocon
+from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import ConfigError
-from stacksaga_store.hocon import parse_hocon
 
 __all__ = [
     "DEFAULT_DRIVER_FILE",
@@ -71,7 +71,7 @@ _HOST_PORT = re.compile(
 )
 
 DEFAULT_DRIVER_FILE = """\
-# Built-in default: one local development node (see stacksaga_store/driver.py).
+# Built-in default: one local development node (see stacksaga_store/config/driver.py).
 datastax-java-driver {
   basic {
     contact-points = ["127.0.0.1:9042"]
@@ -335,8 +335,9 @@ def build_cluster(config: DriverConfig, settings: StackSagaSettings) -> Any:
     """A ``cassandra.cluster.Cluster`` for this config (not yet connected).
 
     Rows come back as dicts; consistency levels are set per prepared statement
-    (:mod:`stacksaga_store.cql`), the profile's levels only cover ad-hoc DDL.
+    (:mod:`stacksaga_store.store.cql`), the profile's levels only cover ad-hoc DDL.
     """
+    from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import (
@@ -347,15 +348,17 @@ def build_cluster(config: DriverConfig, settings: StackSagaSettings) -> Any:
     )
     from cassandra.query import dict_factory
 
-    from stacksaga_store.cql import driver_level
-
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(
             DCAwareRoundRobinPolicy(local_dc=config.local_datacenter or "")
         ),
         request_timeout=config.request_timeout.total_seconds(),
         row_factory=dict_factory,
-        consistency_level=driver_level(settings.cassandra.write_consistency_level),
+        # The same mapping as the store's CqlSession uses (store/cql.py driver_level); named
+        # here so the config layer does not reach up into the store.
+        consistency_level=int(
+            getattr(ConsistencyLevel, settings.cassandra.write_consistency_level.value)
+        ),
     )
     reconnection: Any
     if config.reconnection_policy == "constant":

@@ -12,9 +12,9 @@ import math
 from datetime import datetime, timedelta
 
 from accord_cassandra.tokens import MAX_TOKEN, MIN_TOKEN
-from stacksaga_store.commit_modes import CommitMode
-from stacksaga_store.directory import Directory, DirectoryScope
-from stacksaga_store.windows import WindowMath, date_text
+from stacksaga_store.recovery.commit_modes import CommitMode
+from stacksaga_store.recovery.directory import Directory, DirectoryScope
+from stacksaga_store.recovery.windows import WindowMath, date_text
 
 __all__ = ["render_directory"]
 

@@ -12,7 +12,7 @@ Writes and why they are safe:
 
 * es_transaction is written with plain (non-LWT) writes and the driver's client timestamps. Its
   writers take turns: the orchestrator owning a transaction writes between steps, and a step's
-  result is written under its execution marker (:mod:`stacksaga_store.protection`). Mixing LWT
+  result is written under its execution marker (:mod:`stacksaga_store.store.protection`). Mixing LWT
   into this table would be worse, not better: a plain write with a client timestamp older than
   a Paxos ballot's is silently lost, so a table is either all-LWT or all-plain.
 * Tryouts are appended with ``INSERT ... IF NOT EXISTS`` at the next index (an LWT). Two writers
@@ -39,21 +39,21 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from stacksaga_store.clock import to_utc
-from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.errors import (
     StackSagaError,
     TransactionHistoryFullError,
     TransactionNotFoundError,
     check_state,
 )
-from stacksaga_store.model import (
+from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
+from stacksaga_store.store.model import (
     FrozenRecord,
     RestorePath,
     TransactionKey,
     TransactionRecord,
     TransactionView,
 )
-from stacksaga_store.states import ExecutionType, RunningStatus, TryoutRecord, TryoutStatus
+from stacksaga_store.store.states import ExecutionType, RunningStatus, TryoutRecord, TryoutStatus
 
 __all__ = [
     "PAYLOAD_BYTES_MAX",

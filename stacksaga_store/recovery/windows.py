@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from stacksaga_store.config import MINUTES_PER_DAY
+from stacksaga_store.config.settings import MINUTES_PER_DAY
 from stacksaga_store.errors import check_state
 
 __all__ = ["WindowId", "WindowMath", "date_text", "parse_date_text"]

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from stacksaga_store.model import RestorePath, TransactionKey
-from stacksaga_store.states import ExecutionType, RunningStatus
+from stacksaga_store.store.model import RestorePath, TransactionKey
+from stacksaga_store.store.states import ExecutionType, RunningStatus
 
 __all__ = [
     "HandoffCall",

@@ -1,4 +1,5 @@
-"""The Retry-Node's side of the ring coordinator: a :class:`~stacksaga_store.ring.LeaseSource`.
+"""The Retry-Node's side of the ring coordinator: a
+:class:`~stacksaga_store.ring.leases.LeaseSource`.
 
 Theory of operation
 -------------------
@@ -7,13 +8,13 @@ configured coordinator addresses in turn (standbys refuse with FAILED_PRECONDITI
 message it sends carries a sequence number, and it remembers the monotonic time each was
 sent. A Grant echoes the latest sequence the coordinator had received, and the lease is
 valid until *that send time* plus the granted duration, shortened by the drift allowance
-(:mod:`stacksaga_store.ring`): never longer than the coordinator believes.
+(:mod:`stacksaga_store.ring.leases`): never longer than the coordinator believes.
 
 It renews every third of the lease duration. When the stream breaks it reconnects, presenting
 the lease it still holds (``Hello.held``) so a new master can adopt it; meanwhile the lease
 stays usable until it expires, so recovery work goes on while no master is reachable.
 
-Each session authenticates with the node key (``key``, :mod:`stacksaga_store.ring_auth`)
+Each session authenticates with the node key (``key``, :mod:`stacksaga_store.ring.auth`)
 and, with ``channel_credentials``, over TLS with a client certificate;
 :meth:`CoordinatorLeaseClient.from_settings` takes both from
 ``stacksaga.cassandra.recovery.coordinator``.
@@ -34,11 +35,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
-from stacksaga_store.config import StackSagaSettings
+from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import check_state
-from stacksaga_store.recovery_metrics import RecoveryMetrics
-from stacksaga_store.ring import DRIFT_ALLOWANCE, Lease, TokenRange
-from stacksaga_store.ring_auth import auth_metadata, client_security
+from stacksaga_store.recovery.metrics import RecoveryMetrics
+from stacksaga_store.ring.auth import auth_metadata, client_security
+from stacksaga_store.ring.leases import DRIFT_ALLOWANCE, Lease, TokenRange
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
 

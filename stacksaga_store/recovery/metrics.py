@@ -4,7 +4,8 @@
 What is counted (names as rendered):
 
 * ``stacksaga_recovery_dispatch_total{kind,outcome}``: Tier-5 rows handled by a Retry-Node;
-  ``kind`` RETRY/RESTORE, ``outcome`` a :class:`~stacksaga_store.retry_node.DispatchOutcome`;
+  ``kind`` RETRY/RESTORE, ``outcome`` a
+  :class:`~stacksaga_store.recovery.retry_node.DispatchOutcome`;
 * ``stacksaga_recovery_backlog{window}``: rows read but not yet dispatched successfully, per
   window, as of the last pass over it (0 once the window was cleared; dropped afterwards);
 * ``stacksaga_recovery_buckets_dropped_total{kind}``, ``..._buckets_skipped_total`` (odd buckets

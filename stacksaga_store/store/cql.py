@@ -9,7 +9,7 @@ asked, handing results over with ``loop.call_soon_threadsafe`` only; nothing of 
 from the driver's thread. A future the caller cancelled (``asyncio.wait_for`` timeout, task
 cancellation) is left alone when the late answer arrives: the request itself cannot be recalled,
 which is why every write this package issues is either idempotent or an LWT whose outcome is
-re-read (:mod:`stacksaga_store.protection`).
+re-read (:mod:`stacksaga_store.store.protection`).
 
 Every statement is prepared once per :class:`CqlSession` and carries its consistency level:
 reads use ``read-consistency-level``, writes and batches ``write-consistency-level``, LWTs add the
@@ -47,7 +47,7 @@ from cassandra import (
 from cassandra.cluster import NoHostAvailable, ResponseFuture, Session
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
-from stacksaga_store.config import SagaSupportConsistencyLevel
+from stacksaga_store.config.settings import SagaSupportConsistencyLevel
 from stacksaga_store.errors import SchemaMismatchError, StackSagaError, check_state
 
 __all__ = [

@@ -3,7 +3,7 @@
 Theory of operation (seed Part 3)
 ---------------------------------
 Each step invocation has one row in es_execution_markers, keyed by the transaction's partition
-key and ``step_id`` (``<step>:<EXECUTE|COMPENSATE>``, :func:`stacksaga_store.states.step_id`).
+key and ``step_id`` (``<step>:<EXECUTE|COMPENSATE>``, :func:`stacksaga_store.store.states.step_id`).
 
 STRICT (Cassandra LWT, Paxos):
 
@@ -57,11 +57,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from stacksaga_store.config import ConsistencyMode, ProtectionPolicy
-from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
+from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
 from stacksaga_store.errors import LeaseBusyError, LeaseLostError, StackSagaError, check_state
-from stacksaga_store.model import TransactionKey
-from stacksaga_store.states import LEASE_PREFIX, MarkerState
+from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
+from stacksaga_store.store.model import TransactionKey
+from stacksaga_store.store.states import LEASE_PREFIX, MarkerState
 
 __all__ = [
     "GuardOutcome",

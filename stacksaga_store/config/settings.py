@@ -26,7 +26,7 @@ Properties beyond the seed are marked *extension* below; they have defaults that
 behaviour unchanged.
 
 The DataStax driver file named by ``stacksaga.cassandra.config`` is read by
-:mod:`stacksaga_store.driver`.
+:mod:`stacksaga_store.config.driver`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from stacksaga_store.durations import format_duration, parse_duration
+from stacksaga_store.config.durations import format_duration, parse_duration
 from stacksaga_store.errors import ConfigError
 
 __all__ = [
@@ -261,7 +261,7 @@ class RestoreProperties(_Properties):
 
 
 class CommitModeName(StrEnum):
-    """``recovery.commit-mode`` (extension): see :mod:`stacksaga_store.commit_modes`."""
+    """``recovery.commit-mode`` (extension): see :mod:`stacksaga_store.recovery.commit_modes`."""
 
     ORDERED = "ordered"
     ACCORD = "accord"
@@ -283,7 +283,7 @@ class AccordProperties(_Properties):
     """``stacksaga.cassandra.recovery.accord`` (extension): the sidecars of the accord mode."""
 
     sidecars: list[str] = Field(default_factory=list, max_length=64)
-    # Default: "<session keyspace>_accord" (stacksaga_store.extension_schema).
+    # Default: "<session keyspace>_accord" (stacksaga_store.store.extension_schema).
     keyspace: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
     token: str | None = None
     timeout: Duration = timedelta(seconds=15)
@@ -321,7 +321,7 @@ class CoordinatorProperties(_Properties):
     addresses: list[str] = Field(default_factory=list, max_length=16)
     lease_duration: Duration = timedelta(seconds=30)
     leadership_ttl: Duration = timedelta(seconds=10)
-    # Authentication (stacksaga_store.ring_auth): the coordinator holds ``secret``; a
+    # Authentication (stacksaga_store.ring.auth): the coordinator holds ``secret``; a
     # Retry-Node holds its ``node-key`` (``stacksaga-store coordinator-key --node-id X``),
     # which lets it speak for itself only, or else the secret.
     secret: SecretStr | None = Field(default=None, min_length=32, max_length=1024)

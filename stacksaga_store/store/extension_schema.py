@@ -1,15 +1,15 @@
 """Tables the recovery engine adds beyond the seed's nine, and how they are created.
 
 * ``es_ring_state`` (store keyspace): the ring coordinator's leadership row (LWT with a TTL)
-  and one fencing-epoch row per service ring; see :mod:`stacksaga_store.coordinator`.
+  and one fencing-epoch row per service ring; see :mod:`stacksaga_store.ring.server`.
 * ``es_watchdog_ledger`` and ``es_watchdog_bucket_live`` (the *accord keyspace*, by default
   ``<keyspace>_accord``): the ``accord`` commit mode's single-row tables, written only through
-  the Accord sidecars; see :mod:`stacksaga_store.commit_modes`. They live in a keyspace of
+  the Accord sidecars; see :mod:`stacksaga_store.recovery.commit_modes`. They live in a keyspace of
   their own because a sidecar serves every single-row table of the keyspaces it is given and
   such tables must be written only through Accord; the store keyspace has single-row tables
   (es_transaction, es_frozen_transaction) that the event store writes directly.
 
-Creation is idempotent (``IF NOT EXISTS``), like :func:`stacksaga_store.schema.apply_schema`.
+Creation is idempotent (``IF NOT EXISTS``), like :func:`stacksaga_store.store.schema.apply_schema`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stacksaga_store.config import SchemaProperties
-from stacksaga_store.schema import (
+from stacksaga_store.config.settings import SchemaProperties
+from stacksaga_store.store.schema import (
     Column,
     Table,
     create_keyspace_cql,

@@ -9,7 +9,7 @@
     await runtime.close()
 
 Connecting and preparing block in the driver, so they run in a worker thread; everything after
-that is non-blocking (:mod:`stacksaga_store.cql`). The schema must exist (``python -m
+that is non-blocking (:mod:`stacksaga_store.store.cql`). The schema must exist (``python -m
 stacksaga_store schema apply``); preparing the statements fails fast if a table is missing.
 """
 
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacksaga_store.clock import Clock
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.cql import CqlSession, StoreUnavailableError
-from stacksaga_store.driver import DriverConfig, build_cluster, load_driver_config
-from stacksaga_store.orchestrator import Orchestrator
-from stacksaga_store.protection import WriteProtection
-from stacksaga_store.recovery import RecoveryHandoff
-from stacksaga_store.saga import Saga
-from stacksaga_store.store import CassandraEventStore
+from stacksaga_store.config.driver import DriverConfig, build_cluster, load_driver_config
+from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.saga.definition import Saga
+from stacksaga_store.saga.handoff import RecoveryHandoff
+from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.store.cql import CqlSession, StoreUnavailableError
+from stacksaga_store.store.events import CassandraEventStore
+from stacksaga_store.store.protection import WriteProtection
 
 __all__ = ["StoreRuntime", "connect_sync", "open_runtime"]
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import grpc
 
 from accord_cassandra.peerauth import is_loopback
-from stacksaga_store.config import CoordinatorProperties
+from stacksaga_store.config.settings import CoordinatorProperties
 from stacksaga_store.errors import ConfigError
 
 __all__ = [

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stacksaga_store.config import SchemaProperties
+from stacksaga_store.config.settings import SchemaProperties
 from stacksaga_store.errors import SchemaMismatchError, check_state
 
 __all__ = [

@@ -11,21 +11,21 @@ number of standbys. Each process runs :class:`RingCoordinator`:
   has not confirmed its leadership for TTL (minus a drift margin, counted from the *send* of
   its last successful LWT on its monotonic clock) stops serving by itself, before the row can
   expire on the server: two masters never serve at once. A standby retries every TTL/3.
-* **Leases**: the master keeps one :class:`~stacksaga_store.ring.ServiceRing` per service it
+* **Leases**: the master keeps one :class:`~stacksaga_store.ring.leases.ServiceRing` per service it
   has Retry-Nodes for; each node holds a ``Session`` stream (Hello, Renew, Released in; Grant,
-  Revoke out). See :mod:`stacksaga_store.ring` for the timing and epoch rules.
+  Revoke out). See :mod:`stacksaga_store.ring.leases` for the timing and epoch rules.
 * **Epochs**: a ring's epoch lives in ``es_ring_state(region, cluster, 'ring:<service>')`` and
   moves only by a conditional batch that *also* requires this process's leadership term, so a
   deposed master cannot issue a new epoch. A new master first reads the epoch (SERIAL) and
   adopts the leases nodes present at that epoch for one lease duration
-  (:class:`~stacksaga_store.ring.Phase` ADOPTING): Retry-Nodes keep working through a failover,
-  and keep working on their leases while no master is up at all, until the leases expire.
+  (:class:`~stacksaga_store.ring.leases.Phase` ADOPTING): Retry-Nodes keep working through a
+  failover, and keep working on their leases while no master is up at all, until the leases expire.
 
 Standbys answer ``Session`` with FAILED_PRECONDITION; clients go through their address list.
 ``Status`` works everywhere and shows leadership, rings, epochs and leases.
 
 Every call is authenticated first when a secret or mutual TLS is configured
-(:mod:`stacksaga_store.ring_auth`), and a ``Hello`` may only name the node its credentials
+(:mod:`stacksaga_store.ring.auth`), and a ``Hello`` may only name the node its credentials
 prove. Requests are parsed here, not by gRPC, so bytes that are no message answer
 INVALID_ARGUMENT; a message is at most ``MESSAGE_MAX_BYTES`` and a node id or service name
 at most 256 bytes.
@@ -48,10 +48,16 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from accord_cassandra.ports import bind_retrying
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
+from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import StackSagaError, check_state
-from stacksaga_store.ring import (
+from stacksaga_store.ring.auth import (
+    NODE_ID_MAX_BYTES,
+    SERVICE_NAME_MAX_BYTES,
+    RingAuthenticator,
+    RingRefused,
+    server_security,
+)
+from stacksaga_store.ring.leases import (
     DRIFT_ALLOWANCE,
     Grant,
     Outbound,
@@ -61,13 +67,7 @@ from stacksaga_store.ring import (
     TokenRange,
     margin_seconds,
 )
-from stacksaga_store.ring_auth import (
-    NODE_ID_MAX_BYTES,
-    SERVICE_NAME_MAX_BYTES,
-    RingAuthenticator,
-    RingRefused,
-    server_security,
-)
+from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
 
@@ -602,7 +602,7 @@ async def serve_coordinator(
     Prints ``ring coordinator <id> serving on <host>:<port>`` once the port is bound, for
     supervisors and tests that wait for it.
     """
-    from stacksaga_store.runtime import open_runtime
+    from stacksaga_store.saga.runtime import open_runtime
 
     recovery = settings.cassandra.recovery.coordinator
     # Before anything connects: an unauthenticated coordinator beyond loopback is refused.

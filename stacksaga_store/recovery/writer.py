@@ -2,12 +2,12 @@
 
 Theory of operation
 -------------------
-:class:`RecoveryWriter` implements :class:`~stacksaga_store.recovery.RecoveryHandoff`, so an
+:class:`RecoveryWriter` implements :class:`~stacksaga_store.saga.handoff.RecoveryHandoff`, so an
 orchestrator built with it *is* a Standard-Node:
 
 * ``register_watchdog`` (onTransactionStart): a watchdog row at ``W + delay-windows`` in an odd
-  bucket; returns the :class:`~stacksaga_store.model.RestorePath` that the orchestrator stores in
-  es_transaction;
+  bucket; returns the :class:`~stacksaga_store.store.model.RestorePath` that the orchestrator
+  stores in es_transaction;
 * ``schedule_retry`` (onTransientFailure): a retry pointer at ``W + 1`` in an even bucket;
 * ``release_watchdog`` (onTransactionComplete, freeze, quarantine): the watchdog is released
   (``ordered``: its row deleted in O(1); ``accord``: its ledger entry, atomically with the
@@ -45,22 +45,22 @@ from datetime import datetime
 
 from accord_cassandra.tokens import murmur3_token, text_key
 from stacksaga_store.clock import Clock, SystemClock
-from stacksaga_store.commit_modes import (
+from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.errors import StackSagaError, check_state
+from stacksaga_store.recovery.commit_modes import (
     CommitMode,
     CrashPoint,
     CrashPoints,
     bucket_of,
     path_of,
 )
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.cql import StoreUnavailableError
-from stacksaga_store.directory import BucketKind, BucketRef, Directory, DirectoryScope
-from stacksaga_store.errors import StackSagaError, check_state
-from stacksaga_store.model import RestorePath, TransactionKey
-from stacksaga_store.recovery import RetryRequest
-from stacksaga_store.states import RunningStatus
-from stacksaga_store.store import CassandraEventStore
-from stacksaga_store.windows import WindowId, WindowMath
+from stacksaga_store.recovery.directory import BucketKind, BucketRef, Directory, DirectoryScope
+from stacksaga_store.recovery.windows import WindowId, WindowMath
+from stacksaga_store.saga.handoff import RetryRequest
+from stacksaga_store.store.cql import StoreUnavailableError
+from stacksaga_store.store.events import CassandraEventStore
+from stacksaga_store.store.model import RestorePath, TransactionKey
+from stacksaga_store.store.states import RunningStatus
 
 __all__ = ["RecoveryWriter", "instance_token", "new_instance_id"]
 
@@ -204,7 +204,7 @@ class RecoveryWriter:
     async def rearm(self, key: TransactionKey, old: RestorePath) -> RestorePath:
         """A Retry-Node is about to re-invoke a restored transaction: arm a new watchdog at
         W + delay-windows first, so the transaction is never without one (module
-        :mod:`stacksaga_store.commit_modes`), then point es_transaction at it."""
+        :mod:`stacksaga_store.recovery.commit_modes`), then point es_transaction at it."""
         self._check_scope(key)
         now = self.clock.now()
         self._prune(now)

@@ -16,7 +16,7 @@ service_name), so virtual clusters are separate partitions of the same tables.
 
 Reads are bounded: each carries a LIMIT and larger results are paged by clustering key
 (``transaction_id > last`` for Tier 5, ``(instance_id_token, instance_id) > (last)`` for Tier 3),
-because :class:`~stacksaga_store.cql.CqlSession` keeps the driver's paging off. That is also
+because :class:`~stacksaga_store.store.cql.CqlSession` keeps the driver's paging off. That is also
 how a Retry-Node *streams* a 50,000-row Tier-5 bucket without holding it in memory.
 
 Deletes: a Tier-5 bucket is dropped with one partition delete (a single partition tombstone,
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from stacksaga_store.config import InstanceProperties
-from stacksaga_store.cql import CqlSession, Prepared, StatementKind
+from stacksaga_store.config.settings import InstanceProperties
 from stacksaga_store.errors import StackSagaError, check_state
-from stacksaga_store.windows import WindowId, WindowMath
+from stacksaga_store.recovery.windows import WindowId, WindowMath
+from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind
 
 __all__ = [
     "BUCKETS_PER_INSTANCE_MAX",

@@ -15,7 +15,7 @@ Not supported, rejected with an error naming the line: ``include``, substitution
 subset; the missing features exist to compose files, which a single service file does not do.
 
 The result is plain ``dict``/``list``/``str``/``int``/``float``/``bool``/``None``; typing and
-defaults are the caller's business (:mod:`stacksaga_store.driver`).
+defaults are the caller's business (:mod:`stacksaga_store.config.driver`).
 """
 
 from __future__ import annotations

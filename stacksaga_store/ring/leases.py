@@ -17,9 +17,10 @@ Two rules keep two nodes from ever working on the same token at the same time:
 2. **Epochs.** All leases of one epoch are a partition of the ring. A rebalance (join, leave)
    revokes every lease of epoch ``e`` and waits until each holder released it (it acknowledged,
    after finishing its in-flight work) or it expired; only then is epoch ``e + 1`` persisted
-   (an LWT that only the current master can win, :mod:`stacksaga_store.coordinator`) and the new
+   (an LWT that only the current master can win, :mod:`stacksaga_store.ring.server`) and the new
    leases granted. A node acts only under the lease and epoch it started a pass with
-   (:class:`~stacksaga_store.retry_node.RetryNode` checks before every query and dispatch), so a
+   (:class:`~stacksaga_store.recovery.retry_node.RetryNode` checks before every query and
+   dispatch), so a
    paused process that wakes after its lease ended stops at its next check instead of acting.
 
 :class:`ServiceRing` is the coordinator's state machine for one service. Every input (hello,

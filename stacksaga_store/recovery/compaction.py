@@ -31,9 +31,9 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from stacksaga_store.directory import Directory, DirectoryScope
-from stacksaga_store.recovery_metrics import RecoveryMetrics
-from stacksaga_store.windows import WindowMath, date_text, parse_date_text
+from stacksaga_store.recovery.directory import Directory, DirectoryScope
+from stacksaga_store.recovery.metrics import RecoveryMetrics
+from stacksaga_store.recovery.windows import WindowMath, date_text, parse_date_text
 
 __all__ = ["Compactor"]
 

@@ -37,7 +37,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stacksaga_store.errors import SagaDefinitionError, StackSagaError
-from stacksaga_store.states import ExecutionType
+from stacksaga_store.store.states import ExecutionType
 
 __all__ = [
     "IDEMPOTENCY_NAMESPACE",

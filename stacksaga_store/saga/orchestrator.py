@@ -4,10 +4,10 @@ Theory of operation
 -------------------
 :meth:`Orchestrator.start` registers the restore watchdog (recovery engine), writes the
 es_transaction row (STARTED) and *drives* the saga. Driving is a loop over
-:func:`stacksaga_store.states.next_action`, which reads the position off the tryout history:
+:func:`stacksaga_store.store.states.next_action`, which reads the position off the tryout history:
 
 * EXECUTE/COMPENSATE a step: one *invocation*, under its execution marker
-  (:class:`~stacksaga_store.protection.WriteProtection`, mode from the saga's domain). On
+  (:class:`~stacksaga_store.store.protection.WriteProtection`, mode from the saga's domain). On
   success the new status and payload are written under the marker, then the tryout row is
   appended. On failure the tryout row comes first, then the status (a crash in between is
   repaired on the next load by :meth:`_reconcile`, which trusts the history);
@@ -17,7 +17,7 @@ es_transaction row (STARTED) and *drives* the saga. Driving is a loop over
 
 Failures: a retryable one pauses the saga (FAILED_WITH_RETRYABLE_ERROR or
 REVERT_FAILED_WITH_RETRYABLE_ERROR) and hands it to the recovery engine
-(:class:`~stacksaga_store.recovery.RecoveryHandoff`), which later calls :meth:`resume`. A
+(:class:`~stacksaga_store.saga.handoff.RecoveryHandoff`), which later calls :meth:`resume`. A
 permanent one in a forward step turns the saga around (COMPENSATING, compensations in reverse
 order); a permanent one in a compensation freezes it (es_frozen_transaction, with the reason).
 
@@ -47,8 +47,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stacksaga_store.clock import Clock, SystemClock
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.cql import Prepared
+from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
@@ -57,11 +56,13 @@ from stacksaga_store.errors import (
     StepError,
     check_state,
 )
-from stacksaga_store.model import RestorePath, TransactionKey, TransactionView
-from stacksaga_store.protection import GuardOutcome, MarkerKey, WriteProtection
-from stacksaga_store.recovery import NoRecoveryHandoff, RecoveryHandoff, RetryRequest
-from stacksaga_store.saga import Saga, SagaPayload, Step, StepContext, idempotency_key
-from stacksaga_store.states import (
+from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext, idempotency_key
+from stacksaga_store.saga.handoff import NoRecoveryHandoff, RecoveryHandoff, RetryRequest
+from stacksaga_store.store.cql import Prepared
+from stacksaga_store.store.events import CassandraEventStore, new_transaction_id
+from stacksaga_store.store.model import RestorePath, TransactionKey, TransactionView
+from stacksaga_store.store.protection import GuardOutcome, MarkerKey, WriteProtection
+from stacksaga_store.store.states import (
     FINAL_STATUSES,
     LIFECYCLE_EXECUTOR,
     PARKED_STATUSES,
@@ -78,7 +79,6 @@ from stacksaga_store.states import (
     step_id,
     transition,
 )
-from stacksaga_store.store import CassandraEventStore, new_transaction_id
 
 __all__ = ["DeliveryOutcome", "Orchestrator", "SagaOutcome", "StepEvent"]
 

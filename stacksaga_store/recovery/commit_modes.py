@@ -77,12 +77,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
-from stacksaga_store.config import CommitModeName
-from stacksaga_store.cql import CqlSession, Prepared, StatementKind
-from stacksaga_store.directory import BucketRef, Directory, DirectoryScope
+from stacksaga_store.config.settings import CommitModeName
 from stacksaga_store.errors import StackSagaError, check_state
-from stacksaga_store.model import RestorePath, TransactionKey
-from stacksaga_store.windows import WindowMath
+from stacksaga_store.recovery.directory import BucketRef, Directory, DirectoryScope
+from stacksaga_store.recovery.windows import WindowMath
+from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind
+from stacksaga_store.store.model import RestorePath, TransactionKey
 
 __all__ = [
     "ACCORD_COMMIT_ATTEMPTS_MAX",

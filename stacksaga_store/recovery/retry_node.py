@@ -19,7 +19,7 @@ One *pass* (:meth:`RetryNode.run_pass`) under the lease held when it starts:
 
 Windows are processed strictly in order; within a window, instances in token order (the
 seed's ordering guarantee). After its pass, the holder of the lowest range (*Node-0*) runs the
-two-gate compaction of Tiers 2 and 1 (:mod:`stacksaga_store.compaction`).
+two-gate compaction of Tiers 2 and 1 (:mod:`stacksaga_store.recovery.compaction`).
 
 Lease checks. Before every query and every dispatch the node checks that the lease it started
 the pass with is still the current one (same range, same epoch) and still valid on the lease
@@ -50,10 +50,11 @@ from enum import StrEnum
 from typing import Protocol
 
 from stacksaga_store.clock import Clock, SystemClock
-from stacksaga_store.commit_modes import CommitMode, CrashPoint, WatchdogLiveness, path_of
-from stacksaga_store.compaction import Compactor
-from stacksaga_store.config import StackSagaSettings
-from stacksaga_store.directory import (
+from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.errors import check_state
+from stacksaga_store.recovery.commit_modes import CommitMode, CrashPoint, WatchdogLiveness, path_of
+from stacksaga_store.recovery.compaction import Compactor
+from stacksaga_store.recovery.directory import (
     BucketKind,
     BucketRef,
     Directory,
@@ -61,14 +62,13 @@ from stacksaga_store.directory import (
     DirectoryScope,
     InstanceRef,
 )
-from stacksaga_store.errors import check_state
-from stacksaga_store.model import TransactionKey
-from stacksaga_store.orchestrator import Orchestrator
-from stacksaga_store.recovery_metrics import RecoveryMetrics
-from stacksaga_store.ring import Lease, LeaseSource, RangeLeaseLost
-from stacksaga_store.states import FINAL_STATUSES, PARKED_STATUSES, RunningStatus
-from stacksaga_store.windows import WindowId, WindowMath, date_text
-from stacksaga_store.writer import RecoveryWriter
+from stacksaga_store.recovery.metrics import RecoveryMetrics
+from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text
+from stacksaga_store.recovery.writer import RecoveryWriter
+from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost
+from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.store.model import TransactionKey
+from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES, RunningStatus
 
 __all__ = [
     "DispatchOutcome",

@@ -1,4 +1,5 @@
-"""Wiring of the recovery engine onto a connected :class:`~stacksaga_store.runtime.StoreRuntime`.
+"""Wiring of the recovery engine onto a connected
+:class:`~stacksaga_store.saga.runtime.StoreRuntime`.
 
 ::
 
@@ -11,7 +12,7 @@
 
 The commit mode is ``stacksaga.cassandra.recovery.commit-mode``; ``accord`` needs the
 sidecars (``recovery.accord.sidecars``) serving the accord keyspace
-(:func:`~stacksaga_store.extension_schema.apply_accord_schema` creates it).
+(:func:`~stacksaga_store.store.extension_schema.apply_accord_schema` creates it).
 """
 
 from __future__ import annotations
@@ -20,24 +21,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stacksaga_store.clock import Clock, SystemClock
-from stacksaga_store.commit_modes import (
+from stacksaga_store.config.settings import CommitModeName
+from stacksaga_store.recovery.commit_modes import (
     AccordCommit,
     AccordGateway,
     CommitMode,
     CrashPoints,
     OrderedCommit,
 )
-from stacksaga_store.config import CommitModeName
-from stacksaga_store.directory import Directory, DirectoryScope
-from stacksaga_store.extension_schema import default_accord_keyspace
-from stacksaga_store.orchestrator import Orchestrator
-from stacksaga_store.recovery_metrics import RecoveryMetrics
-from stacksaga_store.retry_node import Dispatcher, RetryNode, SagaDispatcher
-from stacksaga_store.ring import LeaseSource
-from stacksaga_store.runtime import StoreRuntime
-from stacksaga_store.saga import Saga
-from stacksaga_store.windows import WindowMath
-from stacksaga_store.writer import RecoveryWriter
+from stacksaga_store.recovery.directory import Directory, DirectoryScope
+from stacksaga_store.recovery.metrics import RecoveryMetrics
+from stacksaga_store.recovery.retry_node import Dispatcher, RetryNode, SagaDispatcher
+from stacksaga_store.recovery.windows import WindowMath
+from stacksaga_store.recovery.writer import RecoveryWriter
+from stacksaga_store.ring.leases import LeaseSource
+from stacksaga_store.saga.definition import Saga
+from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.saga.runtime import StoreRuntime
+from stacksaga_store.store.extension_schema import default_accord_keyspace
 
 __all__ = ["RecoveryEngine"]
 

@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from stacksaga_store.config import InstanceProperties
-from stacksaga_store.states import RunningStatus, TryoutRecord
+from stacksaga_store.config.settings import InstanceProperties
+from stacksaga_store.store.states import RunningStatus, TryoutRecord
 
 __all__ = [
     "FrozenRecord",
