@@ -23,6 +23,9 @@ Theory of operation:
   :class:`CodecError` naming the problem and where it is; no ``KeyError`` or ``TypeError``
   escapes. Encoding applies the same checks, so it never produces bytes that would not
   decode back to an equal value of the same types.
+
+It encodes :mod:`accord.api`'s journal records as well as :mod:`accord.messages`, so it sits
+above both (pyproject's layers contract), not inside ``accord.messages``.
 """
 
 from __future__ import annotations
