@@ -51,7 +51,8 @@ from stacksaga_store.recovery.windows import WindowMath
 from stacksaga_store.recovery.writer import instance_token
 from stacksaga_store.ring.leases import StaticLeaseSource, split_ring
 from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext
-from stacksaga_store.saga.runtime import connect_sync, open_runtime
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.extension_schema import (
     apply_accord_schema,
     apply_coordination_schema,

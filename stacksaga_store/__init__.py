@@ -37,10 +37,11 @@ redelivery is a second delivery of the same invocation); *parked* = FROZEN or QU
 Module map, one subpackage a layer (each imports only those below it; pyproject's import-linter
 contract holds them to it): ``recovery`` (the engine: windows, directory, directory_show, writer,
 commit_modes, retry_node, lease_client, compaction, metrics, engine) over ``ring`` (leases,
-auth, server: the ring coordinator) over ``saga`` (definition, orchestrator, handoff, runtime)
-over ``store`` (cql, schema, extension_schema, model, states, events, protection) over
-``config`` (settings, durations, hocon, driver); ``clock`` and ``errors`` beneath all;
-``demo`` and ``__main__`` (the CLI) on top; ``v1`` (generated gRPC code).
+auth, server: the ring coordinator) and ``saga`` (definition, orchestrator, handoff, runtime),
+which import nothing of each other, over ``store`` (cql, connect, schema, extension_schema,
+model, states, events, protection) over ``config`` (settings, durations, hocon, driver);
+``clock`` and ``errors`` beneath all; ``demo`` and ``__main__`` (the CLI) on top; ``v1``
+(generated gRPC code).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from pathlib import Path
 from stacksaga_store.config.driver import load_driver_config
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.errors import ConfigError, SchemaMismatchError, TransactionNotFoundError
-from stacksaga_store.saga.runtime import connect_sync, open_runtime
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.cql import StoreUnavailableError
 from stacksaga_store.store.schema import Severity, apply_schema, check_schema, schema_cql
 

@@ -29,7 +29,8 @@ from stacksaga_store.errors import NonRetryableStepError, RetryableStepError
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.saga.handoff import RecordingRecoveryHandoff
 from stacksaga_store.saga.orchestrator import Orchestrator, SagaOutcome
-from stacksaga_store.saga.runtime import connect_sync, open_runtime
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.model import TransactionView
 from stacksaga_store.store.schema import apply_schema
 

@@ -67,6 +67,7 @@ from stacksaga_store.ring.leases import (
     TokenRange,
     margin_seconds,
 )
+from stacksaga_store.store.connect import open_cql
 from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
@@ -602,12 +603,10 @@ async def serve_coordinator(
     Prints ``ring coordinator <id> serving on <host>:<port>`` once the port is bound, for
     supervisors and tests that wait for it.
     """
-    from stacksaga_store.saga.runtime import open_runtime
-
     recovery = settings.cassandra.recovery.coordinator
     # Before anything connects: an unauthenticated coordinator beyond loopback is refused.
     auth, credentials = server_security(recovery, listen)
-    runtime = await open_runtime(settings)
+    connection = await open_cql(settings)
     stop_event = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
@@ -616,8 +615,8 @@ async def serve_coordinator(
     identity = coordinator_id or listen
     try:
         leadership = Leadership(
-            runtime.cql,
-            runtime.driver_config.keyspace,
+            connection.cql,
+            connection.driver_config.keyspace,
             region=settings.instance.region,
             cluster=settings.instance.cluster,
             holder=identity,
@@ -637,5 +636,5 @@ async def serve_coordinator(
         await stop_event.wait()
         await coordinator.stop(resign=True)
     finally:
-        await runtime.close()
+        await connection.close()
     return 0

@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacksaga_store.clock import Clock
-from stacksaga_store.config.driver import DriverConfig, build_cluster, load_driver_config
+from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.saga.definition import Saga
 from stacksaga_store.saga.handoff import RecoveryHandoff
 from stacksaga_store.saga.orchestrator import Orchestrator
-from stacksaga_store.store.cql import CqlSession, StoreUnavailableError
+from stacksaga_store.store.connect import open_cql
+from stacksaga_store.store.cql import CqlSession
 from stacksaga_store.store.events import CassandraEventStore
 from stacksaga_store.store.protection import WriteProtection
 
-__all__ = ["StoreRuntime", "connect_sync", "open_runtime"]
+__all__ = ["StoreRuntime", "open_runtime"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,22 +68,6 @@ class StoreRuntime:
         await asyncio.get_running_loop().run_in_executor(None, self.cluster.shutdown)
 
 
-def connect_sync(settings: StackSagaSettings, driver_config: DriverConfig | None = None) -> Any:
-    """(cluster, session) for synchronous admin work such as schema apply/check."""
-    from cassandra.cluster import NoHostAvailable
-
-    config = driver_config or load_driver_config(settings)
-    cluster = build_cluster(config, settings)
-    try:
-        return cluster, cluster.connect()
-    except NoHostAvailable as exc:
-        cluster.shutdown()
-        points = ", ".join(f"{host}:{port}" for host, port in config.contact_points)
-        raise StoreUnavailableError(
-            f"cannot reach Cassandra at {points} ({config.origin}): {exc}", outcome_unknown=False
-        ) from exc
-
-
 async def open_runtime(
     settings: StackSagaSettings,
     *,
@@ -90,21 +75,15 @@ async def open_runtime(
     lease_waits_max: int = 3,
 ) -> StoreRuntime:
     """Connect, prepare every statement, and return the pieces ready to use."""
-    loop = asyncio.get_running_loop()
-    config = driver_config or load_driver_config(settings)
-    cluster, session = await loop.run_in_executor(None, connect_sync, settings, config)
+    connection = await open_cql(settings, driver_config=driver_config)
+    config, cluster, cql = connection.driver_config, connection.cluster, connection.cql
     try:
-        cql = CqlSession(
-            session,
-            read_level=settings.cassandra.read_consistency_level,
-            write_level=settings.cassandra.write_consistency_level,
-        )
         events = CassandraEventStore(cql, config.keyspace)
         protection = WriteProtection(cql, config.keyspace, lease_waits_max=lease_waits_max)
         await events.prepare()
         await protection.prepare()
     except BaseException:
-        await loop.run_in_executor(None, cluster.shutdown)
+        await connection.close()
         raise
     logger.info(
         "saga store ready: keyspace=%s contact_points=%s", config.keyspace, config.contact_points

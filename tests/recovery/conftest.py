@@ -27,7 +27,8 @@ from stacksaga_store.config.driver import DriverConfig, parse_driver_config
 from stacksaga_store.config.settings import CommitModeName, StackSagaSettings, load_settings
 from stacksaga_store.recovery.commit_modes import CrashPoints
 from stacksaga_store.recovery.engine import RecoveryEngine
-from stacksaga_store.saga.runtime import StoreRuntime, connect_sync, open_runtime
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.extension_schema import (
     apply_accord_schema,
     apply_coordination_schema,

@@ -18,7 +18,8 @@ import pytest
 from accord_cassandra.testing.launcher import CassandraHandle
 from stacksaga_store.config.driver import DriverConfig, parse_driver_config
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
-from stacksaga_store.saga.runtime import StoreRuntime, connect_sync, open_runtime
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.schema import apply_schema
 
 T = TypeVar("T")

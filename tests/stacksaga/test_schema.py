@@ -14,7 +14,7 @@ from accord_cassandra.testing.launcher import CassandraHandle
 from stacksaga_store.__main__ import EXIT_OK, EXIT_PROBLEMS, main
 from stacksaga_store.config.driver import parse_driver_config
 from stacksaga_store.config.settings import load_settings
-from stacksaga_store.saga.runtime import connect_sync
+from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.schema import (
     TABLES,
     Severity,
