@@ -7,7 +7,7 @@ records per fsync under load (group commit), where a Cassandra write would add a
 round trip and a quorum, and SQLite's WAL adds page management for what is a pure log.
 
 Format: a sequence of frames ``[u32 length][u32 crc32][payload]`` (big-endian), the payload
-being one record in the accord codec (:func:`accord.messages.codec.encode_record`). A
+being one record in the accord codec (:func:`accord.codec.encode_record`). A
 crash can leave a torn final frame; replay stops there and truncates it, since nothing in a
 torn frame was ever acknowledged (the fsync had not returned). A bad frame *followed by good
 ones* is corruption, and the sidecar refuses to start rather than forget promises.
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from accord.api import CommandSnapshot, Durable, HlcFloor, JournalRecord
-from accord.messages.codec import CodecError, decode_record, encode_record
+from accord.codec import CodecError, decode_record, encode_record
 
 logger = logging.getLogger(__name__)
 

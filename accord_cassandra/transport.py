@@ -28,8 +28,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from accord.codec import CodecError, decode_message, encode_message
 from accord.messages import Envelope
-from accord.messages.codec import CodecError, decode_message, encode_message
 from accord.messages.validate import InvalidMessage
 from accord_cassandra.peerauth import BatchStamper, Refused
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc

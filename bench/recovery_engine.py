@@ -43,21 +43,22 @@ from pathlib import Path
 from typing import Any
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.config import StackSagaSettings, load_settings
-from stacksaga_store.directory import DirectoryScope
-from stacksaga_store.driver import DriverConfig
-from stacksaga_store.engine import RecoveryEngine
-from stacksaga_store.extension_schema import (
+from stacksaga_store.config.driver import DriverConfig
+from stacksaga_store.config.settings import StackSagaSettings, load_settings
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.engine import RecoveryEngine
+from stacksaga_store.recovery.windows import WindowMath
+from stacksaga_store.recovery.writer import instance_token
+from stacksaga_store.ring.leases import StaticLeaseSource, split_ring
+from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.extension_schema import (
     apply_accord_schema,
     apply_coordination_schema,
     default_accord_keyspace,
 )
-from stacksaga_store.ring import StaticLeaseSource, split_ring
-from stacksaga_store.runtime import connect_sync, open_runtime
-from stacksaga_store.saga import Saga, SagaPayload, Step, StepContext
-from stacksaga_store.schema import apply_schema
-from stacksaga_store.windows import WindowMath
-from stacksaga_store.writer import instance_token
+from stacksaga_store.store.schema import apply_schema
 
 BENCH_NODE_IP = "127.0.78.1"
 NODE_IP_ENV = "STACKSAGA_BENCH_RECOVERY_NODE_IP"
@@ -336,9 +337,9 @@ async def _tombstones(
         engine = await RecoveryEngine.open(runtime, clock=clock)
         orchestrator = engine.orchestrator(sagas=[_saga()])
         writer = engine.writer
-        from stacksaga_store.model import TransactionKey
-        from stacksaga_store.recovery import RetryRequest
-        from stacksaga_store.states import ExecutionType
+        from stacksaga_store.saga.handoff import RetryRequest
+        from stacksaga_store.store.model import TransactionKey
+        from stacksaga_store.store.states import ExecutionType
 
         for index in range(count):
             await orchestrator.start("bench", {"i": index})  # completes: watchdog released
@@ -387,7 +388,7 @@ async def _tombstones(
 
 
 def _bucket(writer: Any, window: Any) -> Any:
-    from stacksaga_store.directory import BucketRef
+    from stacksaga_store.recovery.directory import BucketRef
 
     return BucketRef(window, writer.instance_id, 1)
 

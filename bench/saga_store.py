@@ -36,12 +36,13 @@ from typing import Any
 
 from cassandra import DriverException, OperationTimedOut
 
-from stacksaga_store.config import load_settings
-from stacksaga_store.driver import DriverConfig
-from stacksaga_store.orchestrator import Orchestrator, StepEvent
-from stacksaga_store.runtime import StoreRuntime, connect_sync, open_runtime
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.schema import apply_schema
+from stacksaga_store.config.driver import DriverConfig
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.orchestrator import Orchestrator, StepEvent
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.schema import apply_schema
 
 # An address no other fixture of the project uses, so the bench can run beside the tests.
 BENCH_NODE_IP = "127.0.77.1"

@@ -25,7 +25,7 @@ retries, recovery and progress log.
                                          results back with read_done / write_done
 
 Node-to-node messages are ``{"type": "accord", "data": <base64 msgpack>}``, encoded by
-:mod:`accord.messages.codec`; Maelstrom may delay, reorder or drop them, which Accord
+:mod:`accord.codec`; Maelstrom may delay, reorder or drop them, which Accord
 tolerates by design. Client requests become one Accord transaction each
 (:mod:`maelstrom.operations`). Accord's clock is ``time.monotonic_ns() // 1000``: monotonic
 microseconds injected through :class:`accord.Clock`, never the wall clock.
@@ -68,8 +68,8 @@ from accord import (
     ring_topology,
 )
 from accord.api import CommandSnapshot, DataRead, DataWrite, HlcFloor, JournalRecord, Ready
+from accord.codec import CodecError, decode_message, encode_message
 from accord.messages import Envelope, Message
-from accord.messages.codec import CodecError, decode_message, encode_message
 from maelstrom.operations import (
     CLIENT_TYPES,
     ClientRequest,

@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stacksaga_store.config import StackSagaSettings, load_settings
-from stacksaga_store.cql import StoreUnavailableError
-from stacksaga_store.driver import load_driver_config
+from stacksaga_store.config.driver import load_driver_config
+from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.errors import ConfigError, SchemaMismatchError, TransactionNotFoundError
-from stacksaga_store.runtime import connect_sync, open_runtime
-from stacksaga_store.schema import Severity, apply_schema, check_schema, schema_cql
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.cql import StoreUnavailableError
+from stacksaga_store.store.schema import Severity, apply_schema, check_schema, schema_cql
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_CONFIG, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DEMO_NODE_IP = "127.0.2.1"
@@ -64,8 +65,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def _apply_extensions(settings: StackSagaSettings, session: object, keyspace: str) -> None:
     """The recovery engine's extension tables: es_ring_state always; the accord keyspace when
     the accord commit mode is configured (create it before starting the sidecars)."""
-    from stacksaga_store.config import CommitModeName
-    from stacksaga_store.extension_schema import (
+    from stacksaga_store.config.settings import CommitModeName
+    from stacksaga_store.store.extension_schema import (
         apply_accord_schema,
         apply_coordination_schema,
         default_accord_keyspace,
@@ -83,7 +84,7 @@ def _apply_extensions(settings: StackSagaSettings, session: object, keyspace: st
 
 def cmd_show(args: argparse.Namespace) -> int:
     from stacksaga_store.demo import describe
-    from stacksaga_store.model import TransactionKey
+    from stacksaga_store.store.model import TransactionKey
 
     settings = _settings(args)
     try:
@@ -107,9 +108,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_directory(args: argparse.Namespace) -> int:
     from stacksaga_store.clock import SystemClock
-    from stacksaga_store.directory import DirectoryScope
-    from stacksaga_store.directory_show import render_directory
-    from stacksaga_store.engine import RecoveryEngine
+    from stacksaga_store.recovery.directory import DirectoryScope
+    from stacksaga_store.recovery.directory_show import render_directory
+    from stacksaga_store.recovery.engine import RecoveryEngine
 
     settings = _settings(args)
     instance = settings.instance
@@ -145,14 +146,14 @@ def cmd_directory(args: argparse.Namespace) -> int:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from stacksaga_store.coordinator import serve_coordinator
+    from stacksaga_store.ring.server import serve_coordinator
 
     settings = _settings(args)
     return asyncio.run(serve_coordinator(settings, listen=args.listen, coordinator_id=args.id))
 
 
 def cmd_coordinator_key(args: argparse.Namespace) -> int:
-    from stacksaga_store.ring_auth import node_key
+    from stacksaga_store.ring.auth import node_key
 
     secret = _settings(args).cassandra.recovery.coordinator.secret
     if secret is None:

@@ -23,15 +23,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from stacksaga_store.config import StackSagaSettings, load_settings
-from stacksaga_store.driver import DriverConfig
+from stacksaga_store.config.driver import DriverConfig
+from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.errors import NonRetryableStepError, RetryableStepError
-from stacksaga_store.model import TransactionView
-from stacksaga_store.orchestrator import Orchestrator, SagaOutcome
-from stacksaga_store.recovery import RecordingRecoveryHandoff
-from stacksaga_store.runtime import connect_sync, open_runtime
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.schema import apply_schema
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.handoff import RecordingRecoveryHandoff
+from stacksaga_store.saga.orchestrator import Orchestrator, SagaOutcome
+from stacksaga_store.saga.runtime import open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.model import TransactionView
+from stacksaga_store.store.schema import apply_schema
 
 __all__ = ["DemoWorld", "describe", "order_saga", "run_demo"]
 

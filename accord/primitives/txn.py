@@ -25,7 +25,7 @@ Value: TypeAlias = object
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-# Tuples nest at most this deep on the wire (accord.messages.codec uses the same bound).
+# Tuples nest at most this deep on the wire (accord.codec uses the same bound).
 MAX_VALUE_DEPTH = 32
 
 BinaryOperator = Literal["+", "-", "concat"]

@@ -4,7 +4,7 @@ isort:skip_file
 Replica-to-replica transport between accord-cassandra sidecars.
 
 Each payload is one Accord message (an Envelope) in the core library's own msgpack codec
-(accord/messages/codec.py), whose integer tags are a stable, versioned wire format with
+(accord/codec.py), whose integer tags are a stable, versioned wire format with
 property-tested round trips. The protobuf layer carries batches of them; codec_version
 lets a receiver refuse a batch from an incompatible sender instead of misreading it.
 """

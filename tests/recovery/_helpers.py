@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from stacksaga_store.directory import DirectoryScope
-from stacksaga_store.runtime import StoreRuntime
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.saga.runtime import StoreRuntime
 
 TIERS = (
     "es_days_by_year",
@@ -92,8 +92,8 @@ class RecordingDispatcher:
         self.violations: list[str] = []
 
     async def dispatch(self, entry: Any) -> Any:
-        from stacksaga_store.retry_node import DispatchOutcome
-        from stacksaga_store.writer import instance_token
+        from stacksaga_store.recovery.retry_node import DispatchOutcome
+        from stacksaga_store.recovery.writer import instance_token
 
         lease = self.leases.current()
         token = instance_token(entry.bucket.instance_id)

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.config import load_settings
-from stacksaga_store.driver import parse_driver_config
-from stacksaga_store.engine import RecoveryEngine
-from stacksaga_store.ring import StaticLeaseSource
-from stacksaga_store.runtime import open_runtime
-from stacksaga_store.saga import Saga, Step, StepContext
+from stacksaga_store.config.driver import parse_driver_config
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.recovery.engine import RecoveryEngine
+from stacksaga_store.ring.leases import StaticLeaseSource
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.runtime import open_runtime
 
 
 def append_line(path: str, line: str) -> None:
@@ -78,7 +78,7 @@ class LoggingDispatcher:
         self.seconds = seconds
 
     async def dispatch(self, entry: Any) -> Any:
-        from stacksaga_store.retry_node import DispatchOutcome
+        from stacksaga_store.recovery.retry_node import DispatchOutcome
 
         lease = self.leases.current()
         epoch, valid_until = (lease.epoch, lease.valid_until) if lease else (-1, 0.0)
@@ -122,7 +122,7 @@ async def main(job: dict[str, Any]) -> None:
             stop = asyncio.Event()
             await node.run(stop=stop, idle_seconds=0.2)
         elif job["kind"] == "coordinated":
-            from stacksaga_store.lease_client import CoordinatorLeaseClient
+            from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
 
             client = CoordinatorLeaseClient(
                 [job["coordinator"]],

@@ -23,17 +23,18 @@ import pytest
 
 from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.commit_modes import CrashPoints
-from stacksaga_store.config import CommitModeName, StackSagaSettings, load_settings
-from stacksaga_store.driver import DriverConfig, parse_driver_config
-from stacksaga_store.engine import RecoveryEngine
-from stacksaga_store.extension_schema import (
+from stacksaga_store.config.driver import DriverConfig, parse_driver_config
+from stacksaga_store.config.settings import CommitModeName, StackSagaSettings, load_settings
+from stacksaga_store.recovery.commit_modes import CrashPoints
+from stacksaga_store.recovery.engine import RecoveryEngine
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.extension_schema import (
     apply_accord_schema,
     apply_coordination_schema,
     default_accord_keyspace,
 )
-from stacksaga_store.runtime import StoreRuntime, connect_sync, open_runtime
-from stacksaga_store.schema import apply_schema
+from stacksaga_store.store.schema import apply_schema
 from tests.stacksaga.conftest import SIMPLE_SCHEMA, driver_text
 
 # A Wednesday noon, far from any real date so nothing collides with wall-clock data.

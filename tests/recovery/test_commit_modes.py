@@ -1,12 +1,12 @@
 """Crash injection at every write boundary, in both commit modes (``ordered``, ``accord``).
 
-A :class:`~stacksaga_store.commit_modes.SimulatedCrash` stops a process at a boundary: nothing
-after it runs and the process's memory is abandoned (a fresh engine, with a new instance id,
+A :class:`~stacksaga_store.recovery.commit_modes.SimulatedCrash` stops a process at a boundary:
+nothing after it runs and the process's memory is abandoned (a fresh engine, with a new instance id,
 plays the next process). After each crash the saga must end up recovered or correctly left
 alone, never orphaned and never re-run once finished, and the directory must drain.
 
-Reference: stacksaga_store/commit_modes.py (the tables of crash points and why each is safe);
-seed 000 Part 4, "What Happens at Restore Pickup".
+Reference: stacksaga_store/recovery/commit_modes.py (the tables of crash points and why each is
+safe); seed 000 Part 4, "What Happens at Restore Pickup".
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.commit_modes import CrashPoint, CrashPoints, SimulatedCrash
-from stacksaga_store.directory import DirectoryScope
 from stacksaga_store.errors import RetryableStepError
-from stacksaga_store.retry_node import DispatchOutcome, RetryNode
-from stacksaga_store.ring import StaticLeaseSource
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.states import RunningStatus
+from stacksaga_store.recovery.commit_modes import CrashPoint, CrashPoints, SimulatedCrash
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.retry_node import DispatchOutcome, RetryNode
+from stacksaga_store.ring.leases import StaticLeaseSource
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.store.states import RunningStatus
 from tests.recovery._helpers import dump_directory
 from tests.recovery.conftest import T0, Stack, StackFactory, accord_recovery
 from tests.stacksaga.conftest import run
@@ -84,7 +84,7 @@ async def drain(stack: Stack, node: RetryNode, windows: int) -> None:
 
 async def status_of(stack: Stack, txn: uuid.UUID) -> RunningStatus | None:
     key = stack.engine.writer.scope
-    from stacksaga_store.model import TransactionKey
+    from stacksaga_store.store.model import TransactionKey
 
     record = await stack.runtime.events.read_record(
         TransactionKey(key.region, key.cluster, key.service_name, txn)

@@ -22,20 +22,20 @@ import grpc
 import pytest
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.config import load_settings
-from stacksaga_store.coordinator import Leadership, RingCoordinator
-from stacksaga_store.directory import DirectoryScope
-from stacksaga_store.engine import RecoveryEngine
-from stacksaga_store.lease_client import CoordinatorLeaseClient
-from stacksaga_store.model import TransactionKey
-from stacksaga_store.recovery import RetryRequest
-from stacksaga_store.retry_node import RetryNode
-from stacksaga_store.ring import covers_ring
-from stacksaga_store.runtime import StoreRuntime, open_runtime
-from stacksaga_store.states import ExecutionType
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.engine import RecoveryEngine
+from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
+from stacksaga_store.recovery.retry_node import RetryNode
+from stacksaga_store.recovery.writer import RecoveryWriter
+from stacksaga_store.ring.leases import covers_ring
+from stacksaga_store.ring.server import Leadership, RingCoordinator
+from stacksaga_store.saga.handoff import RetryRequest
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.model import TransactionKey
+from stacksaga_store.store.states import ExecutionType
 from stacksaga_store.v1 import ring_pb2 as pb
 from stacksaga_store.v1 import ring_pb2_grpc
-from stacksaga_store.writer import RecoveryWriter
 from tests.recovery._helpers import DispatchRecord, RecordingDispatcher, dump_directory
 from tests.recovery._processes import children, write_config
 from tests.recovery._worker import LoggingDispatcher, read_lines

@@ -21,12 +21,12 @@ from typing import Any
 import grpc
 import pytest
 
-from stacksaga_store.config import load_settings
-from stacksaga_store.coordinator import RingCoordinator
+from stacksaga_store.config.settings import load_settings
 from stacksaga_store.errors import ConfigError
-from stacksaga_store.lease_client import CoordinatorLeaseClient
-from stacksaga_store.ring import Lease
-from stacksaga_store.ring_auth import RingAuthenticator, auth_metadata, node_key, server_security
+from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
+from stacksaga_store.ring.auth import RingAuthenticator, auth_metadata, node_key, server_security
+from stacksaga_store.ring.leases import Lease
+from stacksaga_store.ring.server import RingCoordinator
 from stacksaga_store.v1 import ring_pb2 as pb
 from tests.certs import make_ca, make_cert
 from tests.stacksaga.conftest import run

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.directory import DirectoryScope
 from stacksaga_store.errors import RetryableStepError
-from stacksaga_store.model import TransactionKey
-from stacksaga_store.recovery import RetryRequest
-from stacksaga_store.ring import StaticLeaseSource, split_ring
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.states import ExecutionType, RunningStatus
-from stacksaga_store.writer import RecoveryWriter, instance_token
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.writer import RecoveryWriter, instance_token
+from stacksaga_store.ring.leases import StaticLeaseSource, split_ring
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.handoff import RetryRequest
+from stacksaga_store.store.model import TransactionKey
+from stacksaga_store.store.states import ExecutionType, RunningStatus
 from tests.recovery._helpers import DispatchRecord, RecordingDispatcher, dump_directory
 from tests.recovery.conftest import StackFactory
 from tests.stacksaga.conftest import run

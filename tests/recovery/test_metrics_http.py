@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from accord_cassandra.cluster import metrics_of
-from stacksaga_store.recovery_metrics import RecoveryMetrics, serve_metrics
+from stacksaga_store.recovery.metrics import RecoveryMetrics, serve_metrics
 
 
 def test_recovery_metrics_are_served_on_a_port_the_kernel_picked() -> None:

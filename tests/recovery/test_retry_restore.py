@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from stacksaga_store.commit_modes import CrashPoint
-from stacksaga_store.directory import DirectoryScope
 from stacksaga_store.errors import RetryableStepError
-from stacksaga_store.retry_node import DispatchOutcome
-from stacksaga_store.ring import StaticLeaseSource
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.states import RunningStatus, TryoutStatus
+from stacksaga_store.recovery.commit_modes import CrashPoint
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.retry_node import DispatchOutcome
+from stacksaga_store.ring.leases import StaticLeaseSource
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.store.states import RunningStatus, TryoutStatus
 from tests.recovery._helpers import dump_directory
 from tests.recovery.conftest import StackFactory
 from tests.stacksaga.conftest import run

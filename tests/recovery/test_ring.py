@@ -4,8 +4,8 @@ that no range is granted to a node while another node may still hold it.
 Also checks that the committed gRPC code matches ring.proto (regenerate with
 ``proto/stacksaga_store/generate.sh``).
 
-Reference: stacksaga_store/ring.py (timing and epoch rules); seed 000 Part 4, "How Retry-Nodes
-Find Work: Spatial Isolation via Murmur3"; peers.md section 1 (fencing tokens).
+Reference: stacksaga_store/ring/leases.py (timing and epoch rules); seed 000 Part 4, "How
+Retry-Nodes Find Work: Spatial Isolation via Murmur3"; peers.md section 1 (fencing tokens).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accord_cassandra.tokens import MAX_TOKEN, MIN_TOKEN
-from stacksaga_store.ring import (
+from stacksaga_store.ring.leases import (
     Grant,
     Outbound,
     PersistEpoch,

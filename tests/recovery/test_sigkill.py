@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from stacksaga_store.directory import DirectoryScope
-from stacksaga_store.ring import StaticLeaseSource
-from stacksaga_store.saga import SagaPayload
-from stacksaga_store.states import RunningStatus
-from stacksaga_store.windows import WindowMath
-from stacksaga_store.writer import instance_token
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.windows import WindowMath
+from stacksaga_store.recovery.writer import instance_token
+from stacksaga_store.ring.leases import StaticLeaseSource
+from stacksaga_store.saga.definition import SagaPayload
+from stacksaga_store.store.states import RunningStatus
 from tests.recovery._helpers import (
     bulk_load_retry_bucket,
     committed_markers,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stacksaga_store.errors import InvariantViolation
-from stacksaga_store.windows import WindowId, WindowMath
+from stacksaga_store.recovery.windows import WindowId, WindowMath
 
 DIVISORS = [d for d in range(1, 1441) if 1440 % d == 0]
 instants = st.datetimes(

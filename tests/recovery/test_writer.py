@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from stacksaga_store.clock import ManualClock
-from stacksaga_store.directory import BucketKind
-from stacksaga_store.states import RunningStatus
-from stacksaga_store.writer import instance_token, new_instance_id
+from stacksaga_store.recovery.directory import BucketKind
+from stacksaga_store.recovery.writer import instance_token, new_instance_id
+from stacksaga_store.store.states import RunningStatus
 from tests.recovery._processes import REPO_ROOT, write_config
 from tests.recovery.conftest import StackFactory, recovery_overrides
 from tests.stacksaga.conftest import run
@@ -52,7 +52,7 @@ def test_a_start_costs_two_writes_in_steady_state(open_stack: StackFactory) -> N
 
     async def body() -> None:
         async with open_stack(**{"bucket-size": 1000}) as stack:
-            from stacksaga_store.saga import Saga, Step, StepContext
+            from stacksaga_store.saga.definition import Saga, Step, StepContext
 
             async def noop(ctx: StepContext) -> None:
                 return None
@@ -90,7 +90,7 @@ def test_directory_show_prints_the_live_tree(
     async def body() -> None:
         async with open_stack(clock=now) as stack:
             from stacksaga_store.errors import RetryableStepError
-            from stacksaga_store.saga import Saga, Step, StepContext
+            from stacksaga_store.saga.definition import Saga, Step, StepContext
 
             async def fail(ctx: StepContext) -> None:
                 raise RetryableStepError("503")

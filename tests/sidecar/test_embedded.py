@@ -15,8 +15,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from accord.codec import encode_message
 from accord.messages import Envelope, InformDurable
-from accord.messages.codec import encode_message
 from accord.primitives import Timestamp
 from accord_cassandra.client import Client, Transaction, TransactionError
 from accord_cassandra.cluster import LocalSidecars, metrics_of

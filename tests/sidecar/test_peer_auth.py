@@ -23,8 +23,8 @@ import grpc
 import pytest
 import yaml
 
+from accord.codec import encode_message
 from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
-from accord.messages.codec import encode_message
 from accord.primitives import Deps, Kind, Route, Timestamp, execute
 from accord_cassandra.client import Client, Transaction
 from accord_cassandra.cluster import LocalSidecars, metrics_of

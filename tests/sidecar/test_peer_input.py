@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from accord.codec import encode_message
 from accord.messages import Apply, Commit, Envelope, InformDurable, PreAccept
-from accord.messages.codec import encode_message
 from accord.primitives import (
     Const,
     Deps,

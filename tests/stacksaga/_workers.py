@@ -19,11 +19,11 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-from stacksaga_store.config import load_settings
-from stacksaga_store.driver import parse_driver_config
-from stacksaga_store.orchestrator import StepEvent
-from stacksaga_store.runtime import open_runtime
-from stacksaga_store.saga import Saga, Step, StepContext
+from stacksaga_store.config.driver import parse_driver_config
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.orchestrator import StepEvent
+from stacksaga_store.saga.runtime import open_runtime
 
 COUNTED_STEP = "reserve"
 BARRIER_TIMEOUT_SECONDS = 120.0

@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import pytest
 
 from accord_cassandra.launcher import CassandraHandle
-from stacksaga_store.config import StackSagaSettings, load_settings
-from stacksaga_store.driver import DriverConfig, parse_driver_config
-from stacksaga_store.runtime import StoreRuntime, connect_sync, open_runtime
-from stacksaga_store.schema import apply_schema
+from stacksaga_store.config.driver import DriverConfig, parse_driver_config
+from stacksaga_store.config.settings import StackSagaSettings, load_settings
+from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.schema import apply_schema
 
 T = TypeVar("T")
 SIMPLE_SCHEMA = {"replication-strategy": "SimpleStrategy", "replication-factor": 1}

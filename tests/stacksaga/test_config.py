@@ -15,11 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stacksaga_store.config import ConsistencyMode, SagaSupportConsistencyLevel, load_settings
-from stacksaga_store.driver import DEFAULT_DRIVER_FILE, build_cluster, parse_driver_config
-from stacksaga_store.durations import format_duration, parse_duration
+from stacksaga_store.config.driver import DEFAULT_DRIVER_FILE, build_cluster, parse_driver_config
+from stacksaga_store.config.durations import format_duration, parse_duration
+from stacksaga_store.config.hocon import HoconError, parse_hocon
+from stacksaga_store.config.settings import (
+    ConsistencyMode,
+    SagaSupportConsistencyLevel,
+    load_settings,
+)
 from stacksaga_store.errors import ConfigError
-from stacksaga_store.hocon import HoconError, parse_hocon
 
 SEED_DRIVER_FILE = """
 datastax-java-driver {

@@ -21,13 +21,13 @@ from stacksaga_store.errors import (
     NonRetryableStepError,
     RetryableStepError,
 )
-from stacksaga_store.model import RestorePath
-from stacksaga_store.orchestrator import DeliveryOutcome, Orchestrator, StepEvent
-from stacksaga_store.protection import MarkerKey
-from stacksaga_store.recovery import RecordingRecoveryHandoff
-from stacksaga_store.runtime import StoreRuntime
-from stacksaga_store.saga import Saga, Step, StepContext
-from stacksaga_store.states import (
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.handoff import RecordingRecoveryHandoff
+from stacksaga_store.saga.orchestrator import DeliveryOutcome, Orchestrator, StepEvent
+from stacksaga_store.saga.runtime import StoreRuntime
+from stacksaga_store.store.model import RestorePath
+from stacksaga_store.store.protection import MarkerKey
+from stacksaga_store.store.states import (
     LIFECYCLE_EXECUTOR,
     ExecutionType,
     RunningStatus,

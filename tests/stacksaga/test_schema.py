@@ -12,10 +12,16 @@ import pytest
 
 from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.__main__ import EXIT_OK, EXIT_PROBLEMS, main
-from stacksaga_store.config import load_settings
-from stacksaga_store.driver import parse_driver_config
-from stacksaga_store.runtime import connect_sync
-from stacksaga_store.schema import TABLES, Severity, apply_schema, check_schema, create_table_cql
+from stacksaga_store.config.driver import parse_driver_config
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.store.connect import connect_sync
+from stacksaga_store.store.schema import (
+    TABLES,
+    Severity,
+    apply_schema,
+    check_schema,
+    create_table_cql,
+)
 from tests.stacksaga.conftest import SIMPLE_SCHEMA, driver_text
 
 # Two tables of the seed's script, verbatim, to pin the generated DDL to the seed's.

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stacksaga_store.errors import IllegalTransitionError, SagaDefinitionError
-from stacksaga_store.saga import Saga, SagaPayload, Step, StepContext, idempotency_key
-from stacksaga_store.states import (
+from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext, idempotency_key
+from stacksaga_store.store.states import (
     FINAL_STATUSES,
     LIFECYCLE_EXECUTOR,
     PARKED_STATUSES,

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from stacksaga_store.config import ConsistencyMode
-from stacksaga_store.orchestrator import DeliveryOutcome, StepEvent
-from stacksaga_store.protection import GuardOutcome, MarkerKey
-from stacksaga_store.runtime import StoreRuntime
-from stacksaga_store.states import ExecutionType, TryoutStatus, step_id
+from stacksaga_store.config.settings import ConsistencyMode
+from stacksaga_store.saga.orchestrator import DeliveryOutcome, StepEvent
+from stacksaga_store.saga.runtime import StoreRuntime
+from stacksaga_store.store.protection import GuardOutcome, MarkerKey
+from stacksaga_store.store.states import ExecutionType, TryoutStatus, step_id
 from tests.stacksaga._workers import (
     COUNTED_STEP,
     Job,
@@ -221,7 +221,7 @@ async def _read(opener: Opener, transaction_id: uuid.UUID, log: str) -> Any:
 
 
 def _context(transaction_id: uuid.UUID) -> Any:
-    from stacksaga_store.saga import StepContext
+    from stacksaga_store.saga.definition import StepContext
 
     return StepContext(
         transaction_id, "counted", COUNTED_STEP, ExecutionType.EXECUTE, "k", 1, {}, {}

@@ -18,6 +18,19 @@ from strategies import (
 )
 
 from accord.api import Durable, HlcFloor
+from accord.codec import (
+    ENVELOPE_TAG,
+    MAX_EXPR_DEPTH,
+    MAX_MESSAGE_BYTES,
+    MAX_VALUE_DEPTH,
+    MESSAGE_TAGS,
+    RECORD_TAGS,
+    CodecError,
+    decode_message,
+    decode_record,
+    encode_message,
+    encode_record,
+)
 from accord.invariants import AccordError
 from accord.local.command import CommandSnapshot
 from accord.messages import (
@@ -31,19 +44,6 @@ from accord.messages import (
     PreAcceptOk,
     ReadOk,
     ReadRedundant,
-)
-from accord.messages.codec import (
-    ENVELOPE_TAG,
-    MAX_EXPR_DEPTH,
-    MAX_MESSAGE_BYTES,
-    MAX_VALUE_DEPTH,
-    MESSAGE_TAGS,
-    RECORD_TAGS,
-    CodecError,
-    decode_message,
-    decode_record,
-    encode_message,
-    encode_record,
 )
 from accord.primitives import (
     BinOp,

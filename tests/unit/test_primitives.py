@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import deps, keys, timestamps, txns, values
 
+from accord.codec import MAX_VALUE_DEPTH, encode_message
 from accord.invariants import InvalidTransaction
 from accord.messages import ReadOk
-from accord.messages.codec import MAX_VALUE_DEPTH, encode_message
 from accord.primitives import (
     EMPTY_DEPS,
     TIMESTAMP_MIN,
@@ -499,7 +499,7 @@ def test_arithmetic_reaches_the_64_bit_bounds(expr: Expr, start: int, value: int
 
 @pytest.mark.parametrize(("name", "start"), [("+", 2**63 - 1), ("-", -(2**63))])
 def test_arithmetic_beyond_64_bits_is_a_deterministic_error(name: str, start: int) -> None:
-    # Values cross the wire as signed 64-bit integers (accord.messages.codec).
+    # Values cross the wire as signed 64-bit integers (accord.codec).
     writes, result = execute(compute(op(name, RA, K(1))), {A: start})
     assert writes == ()
     assert not result.applied

@@ -1,0 +1,228 @@
+"""The Standard-Node writer: the recovery engine's side of the orchestrator (seed Part 4).
+
+Theory of operation
+-------------------
+:class:`RecoveryWriter` implements :class:`~stacksaga_store.saga.handoff.RecoveryHandoff`, so an
+orchestrator built with it *is* a Standard-Node:
+
+* ``register_watchdog`` (onTransactionStart): a watchdog row at ``W + delay-windows`` in an odd
+  bucket; returns the :class:`~stacksaga_store.store.model.RestorePath` that the orchestrator
+  stores in es_transaction;
+* ``schedule_retry`` (onTransientFailure): a retry pointer at ``W + 1`` in an even bucket;
+* ``release_watchdog`` (onTransactionComplete, freeze, quarantine): the watchdog is released
+  (``ordered``: its row deleted in O(1); ``accord``: its ledger entry, atomically with the
+  bucket's live count).
+
+Identity. Each process start draws a fresh ``instance_id`` (a UUID4) and computes
+``instance_id_token``, Cassandra's own Murmur3 token of it (:mod:`accord_cassandra.tokens`,
+the same function Cassandra's ``token(...)`` applies to a text key). A restarted pod therefore
+never writes into a dead pod's buckets; the dead pod's rows stay discoverable through Tier 3.
+
+Buckets. Per write window there are two process-local counters (no database read, no lock:
+the event loop serialises them): retry slots ``n = 0, 1, 2, ...`` go to even bucket
+``(n // bucket-size) * 2`` and restore slots to odd bucket ``(n // bucket-size) * 2 + 1``. The
+seed's pseudocode divides ``incrementAndGet()`` (starting at 1), which leaves its first bucket
+one row short; counting from 0 puts exactly bucket-size rows in every bucket.
+
+Writes per saga start. The Tier 1-4 upserts of a (window, instance, bucket) are issued once
+per process, by the first start that needs them (concurrent starts await the same task), so
+in steady state a start costs the Tier-5 row plus the es_transaction row: 2 Cassandra writes
+(the ``accord`` mode adds one Accord transaction). Remembered buckets are forgotten once their
+window is older than the reader's window, so memory stays bounded by the windows in flight.
+
+Late writes. A retry pointer can reach Cassandra after its window W+1 started (a long pause, a
+slow network); a Retry-Node may then already have walked and dropped that window. The writer
+notices (its clock is at or past W+1's start when the row is acknowledged) and writes Tiers
+1-4 again, so the row is found on the next pass instead of waiting for the watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import datetime
+
+from accord_cassandra.tokens import murmur3_token, text_key
+from stacksaga_store.clock import Clock, SystemClock
+from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.errors import StackSagaError, check_state
+from stacksaga_store.recovery.commit_modes import (
+    CommitMode,
+    CrashPoint,
+    CrashPoints,
+    bucket_of,
+    path_of,
+)
+from stacksaga_store.recovery.directory import BucketKind, BucketRef, Directory, DirectoryScope
+from stacksaga_store.recovery.windows import WindowId, WindowMath
+from stacksaga_store.saga.handoff import RetryRequest
+from stacksaga_store.store.cql import StoreUnavailableError
+from stacksaga_store.store.events import CassandraEventStore
+from stacksaga_store.store.model import RestorePath, TransactionKey
+from stacksaga_store.store.states import RunningStatus
+
+__all__ = ["RecoveryWriter", "instance_token", "new_instance_id"]
+
+logger = logging.getLogger(__name__)
+
+
+def new_instance_id() -> str:
+    """A fresh instance id per process start (seed: a restarted pod never reuses buckets)."""
+    return str(uuid.uuid4())
+
+
+def instance_token(instance_id: str) -> int:
+    """Cassandra's Murmur3 token of a text value (equal to ``SELECT token(instance_id)``)."""
+    return murmur3_token(text_key(instance_id))
+
+
+class RecoveryWriter:
+    """The Standard-Node half of the recovery engine. One per process (one instance_id)."""
+
+    def __init__(
+        self,
+        *,
+        directory: Directory,
+        events: CassandraEventStore,
+        settings: StackSagaSettings,
+        commit: CommitMode,
+        clock: Clock | None = None,
+        instance_id: str | None = None,
+        crash: CrashPoints | None = None,
+    ) -> None:
+        recovery = settings.cassandra.recovery
+        self.directory = directory
+        self.events = events
+        self.commit = commit
+        self.clock: Clock = clock or SystemClock()
+        self.scope = DirectoryScope.of(settings.instance)
+        self.windows = WindowMath(recovery.window_interval_minutes)
+        check_state(
+            self.windows.interval_minutes == directory.windows.interval_minutes,
+            "writer and directory disagree on the window interval",
+        )
+        self.bucket_size = recovery.bucket_size
+        self.delay_windows = recovery.restore.delay_windows
+        self.instance_id = instance_id or new_instance_id()
+        self.instance_id_token = instance_token(self.instance_id)
+        self.crash = crash or CrashPoints()
+        self._counters: dict[tuple[WindowId, BucketKind], int] = {}
+        self._paths: dict[BucketRef, asyncio.Task[None]] = {}
+        self._pruned_before: WindowId | None = None
+        self.late_repairs = 0
+
+    # -- slots and buckets -------------------------------------------------------------------
+
+    def allocate(self, window: WindowId, kind: BucketKind) -> BucketRef:
+        """The next slot of ``kind`` in ``window``: its bucket (rolls over at bucket-size)."""
+        slot = self._counters.get((window, kind), 0)
+        self._counters[window, kind] = slot + 1
+        index = (slot // self.bucket_size) * 2 + (1 if kind is BucketKind.RESTORE else 0)
+        return BucketRef(window, self.instance_id, index)
+
+    async def _ensure_path(self, bucket: BucketRef) -> None:
+        """Tier 1-4 (and the mode's bucket set-up), once per bucket per process."""
+        task = self._paths.get(bucket)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(self._register(bucket))
+            self._paths[bucket] = task
+        # Shielded: a cancelled saga start must not cancel the registration others await.
+        await asyncio.shield(task)
+
+    async def _register(self, bucket: BucketRef) -> None:
+        await self.directory.register_path(self.scope, bucket, self.instance_id_token)
+        await self.commit.prepare_bucket(self.scope, bucket)
+
+    def _prune(self, now: datetime) -> None:
+        """Forget buckets of windows a reader may already have walked (bounded memory)."""
+        # One window of slack: a caller's timestamp may lag the clock a little, and a counter
+        # that restarted at 0 for a window still being written would overfill its bucket.
+        horizon = self.windows.shift(self.windows.window_at(now), -1)
+        if self._pruned_before == horizon:
+            return
+        self._pruned_before = horizon
+        for key in [k for k in self._counters if k[0] < horizon]:
+            del self._counters[key]
+        for bucket in [b for b, t in self._paths.items() if b.window < horizon and t.done()]:
+            del self._paths[bucket]
+
+    # -- RecoveryHandoff -------------------------------------------------------------------------
+
+    async def register_watchdog(self, key: TransactionKey, started_at: datetime) -> RestorePath:
+        """onTransactionStart: the watchdog at W + delay-windows, odd bucket."""
+        self._check_scope(key)
+        self._prune(started_at)
+        window = self.windows.restore_window(started_at, self.delay_windows)
+        return await self._write_watchdog(key, window)
+
+    async def _write_watchdog(self, key: TransactionKey, window: WindowId) -> RestorePath:
+        bucket = self.allocate(window, BucketKind.RESTORE)
+        await self._ensure_path(bucket)
+        await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
+        self.crash.hit(CrashPoint.WATCHDOG_INDEXED)
+        path = path_of(bucket, self.windows)
+        await self.commit.arm(key, path)
+        self.crash.hit(CrashPoint.WATCHDOG_ARMED)
+        return path
+
+    async def schedule_retry(self, request: RetryRequest) -> None:
+        """onTransientFailure: the retry pointer at W + 1, even bucket."""
+        self._check_scope(request.key)
+        self.crash.hit(CrashPoint.RETRY_BEFORE_POINTER)
+        self._prune(request.failed_at)
+        window = self.windows.retry_window(request.failed_at)
+        bucket = self.allocate(window, BucketKind.RETRY)
+        await self._ensure_path(bucket)
+        await self.directory.insert_entry(self.scope, bucket, request.key.transaction_id)
+        if self.clock.now() >= self.windows.start(window):
+            # Late: a reader may have walked the window already (module docstring).
+            self.late_repairs += 1
+            logger.info("late retry pointer in %s: re-registering tiers 1-4", window)
+            await self._register(bucket)
+        logger.debug(
+            "retry pointer: txn=%s window=%s bucket=%d", request.key, window, bucket.bucket_index
+        )
+
+    async def release_watchdog(
+        self, key: TransactionKey, path: RestorePath | None, status: RunningStatus
+    ) -> None:
+        """onTransactionComplete: best effort (a failure leaves a watchdog the restore pickup
+        finds finished and deletes without re-running it)."""
+        self.crash.hit(CrashPoint.RELEASE_BEFORE)
+        if path is None:
+            return
+        try:
+            await self.commit.release(key, path)
+        except (StoreUnavailableError, StackSagaError) as exc:
+            logger.warning(
+                "watchdog of %s (%s) not released (%s); the restore pickup will", key, status, exc
+            )
+
+    # -- restore pickup ------------------------------------------------------------------------
+
+    async def rearm(self, key: TransactionKey, old: RestorePath) -> RestorePath:
+        """A Retry-Node is about to re-invoke a restored transaction: arm a new watchdog at
+        W + delay-windows first, so the transaction is never without one (module
+        :mod:`stacksaga_store.recovery.commit_modes`), then point es_transaction at it."""
+        self._check_scope(key)
+        now = self.clock.now()
+        self._prune(now)
+        window = self.windows.restore_window(now, self.delay_windows)
+        bucket = self.allocate(window, BucketKind.RESTORE)
+        await self._ensure_path(bucket)
+        await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
+        new = path_of(bucket, self.windows)
+        await self.commit.move(key, old, new)
+        await self.events.write_restore_path(key, new)
+        return new
+
+    def bucket_of(self, path: RestorePath) -> BucketRef:
+        return bucket_of(path, self.windows)
+
+    def _check_scope(self, key: TransactionKey) -> None:
+        check_state(
+            (key.region, key.cluster, key.service_name)
+            == (self.scope.region, self.scope.cluster, self.scope.service_name),
+            f"{key} is outside this writer's scope {self.scope}",
+        )

@@ -1,0 +1,91 @@
+"""Wiring: settings + driver file -> connected session -> event store, protection, orchestrator.
+
+:func:`open_runtime` is the one call an application needs::
+
+    settings = load_settings("stacksaga.yaml")
+    runtime = await open_runtime(settings)
+    orchestrator = runtime.orchestrator(sagas=[order_saga])
+    outcome = await orchestrator.start(order_saga, {"order_id": 42})
+    await runtime.close()
+
+Connecting and preparing block in the driver, so they run in a worker thread; everything after
+that is non-blocking (:mod:`stacksaga_store.store.cql`). The schema must exist (``python -m
+stacksaga_store schema apply``); preparing the statements fails fast if a table is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stacksaga_store.clock import Clock
+from stacksaga_store.config.driver import DriverConfig
+from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.saga.definition import Saga
+from stacksaga_store.saga.handoff import RecoveryHandoff
+from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.store.connect import open_cql
+from stacksaga_store.store.cql import CqlSession
+from stacksaga_store.store.events import CassandraEventStore
+from stacksaga_store.store.protection import WriteProtection
+
+__all__ = ["StoreRuntime", "open_runtime"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StoreRuntime:
+    """A connected store. Close it to shut the driver's threads down."""
+
+    settings: StackSagaSettings
+    driver_config: DriverConfig
+    cluster: Any
+    cql: CqlSession
+    events: CassandraEventStore
+    protection: WriteProtection
+
+    def orchestrator(
+        self,
+        *,
+        recovery: RecoveryHandoff | None = None,
+        clock: Clock | None = None,
+        sagas: Iterable[Saga] = (),
+    ) -> Orchestrator:
+        return Orchestrator(
+            store=self.events,
+            protection=self.protection,
+            settings=self.settings,
+            recovery=recovery,
+            clock=clock,
+            sagas=sagas,
+        )
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.cluster.shutdown)
+
+
+async def open_runtime(
+    settings: StackSagaSettings,
+    *,
+    driver_config: DriverConfig | None = None,
+    lease_waits_max: int = 3,
+) -> StoreRuntime:
+    """Connect, prepare every statement, and return the pieces ready to use."""
+    connection = await open_cql(settings, driver_config=driver_config)
+    config, cluster, cql = connection.driver_config, connection.cluster, connection.cql
+    try:
+        events = CassandraEventStore(cql, config.keyspace)
+        protection = WriteProtection(cql, config.keyspace, lease_waits_max=lease_waits_max)
+        await events.prepare()
+        await protection.prepare()
+    except BaseException:
+        await connection.close()
+        raise
+    logger.info(
+        "saga store ready: keyspace=%s contact_points=%s", config.keyspace, config.contact_points
+    )
+    return StoreRuntime(settings, config, cluster, cql, events, protection)
