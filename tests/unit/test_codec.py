@@ -530,7 +530,7 @@ junk = st.one_of(
     st.text(max_size=3),
     st.binary(max_size=3),
     st.lists(st.integers(-1, 50), max_size=5),
-    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(-(2**63), 2**64 - 1), max_size=2),
     st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=4)),
 )
 
