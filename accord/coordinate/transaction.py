@@ -279,12 +279,12 @@ class TransactionCoordinator:
     def _on_nack(self, src: int, nack: Nack) -> None:
         """Only a higher ballot preempts us.
 
-        A Nack names no request, so one carrying a ballot we already hold is a stale answer
-        to an earlier round (a duplicate PreAccept reaching a replica that has since
-        accepted our proposal) or a replica that is past the phase: the round can still
-        reach its quorum through the others, and if it cannot, it times out and leaves the
-        txn to the progress logs. The exception is an invalidation meeting a decided txn:
-        it can never win, so recovery restarts and finds the decision.
+        A Nack names no request, so one carrying a ballot we already hold and an undecided
+        status is a stale answer to an earlier round (a duplicate PreAccept reaching a
+        replica that has since accepted our proposal): the round can still reach its quorum
+        through the others. A replica that reports the txn decided ends the round as a
+        preemption would: someone else decided it, and the decision reaches every replica
+        without us (waiting out our retries instead held coordinator slots for nothing).
         """
         if self.phase not in (
             Phase.PREACCEPT,
@@ -295,7 +295,7 @@ class TransactionCoordinator:
         ):
             return
         preempted = nack.promised > self.ballot
-        decided_elsewhere = self.phase is Phase.ACCEPT_INVALIDATE and nack.status.is_decided
+        decided_elsewhere = nack.status.is_decided
         if not (preempted or decided_elsewhere):
             logger.debug(
                 "txn_id=%s cid=%d ignores a stale nack from node=%d status=%s",
