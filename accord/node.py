@@ -81,6 +81,12 @@ class NodeConfig:
     """
 
     retry_micros: int = 200_000
+    # Each re-send waits twice as long as the one before, up to this: a coordinator lives
+    # ~11 s by default instead of 1.6 s. With a fixed 200 ms interval, a burst of 2,000
+    # transfers on 3 keys slowed peer delivery past the whole retry window; every reply
+    # came after its coordinator had given up, every re-send and every new recovery added
+    # to the backlog, and the keys stayed locked (docs/sidecars.md, "Overload").
+    retry_backoff_max_micros: int = 2_000_000
     max_attempts: int = 8
     preaccept_timeout_micros: int = 10_000_000
     # A home-shard replica recovers a txn idle this long; other replicas wait longer.
@@ -147,6 +153,7 @@ class Node:
         self.config = config or NodeConfig()
         self.bugs = bugs
         self.retry_micros = self.config.retry_micros
+        self.retry_backoff_max_micros = self.config.retry_backoff_max_micros
         self.max_attempts = self.config.max_attempts
         self.fast_quorum_is_slow_quorum = bugs.fast_quorum_is_slow_quorum
         self.stats = NodeStats()
@@ -548,9 +555,10 @@ class Node:
         jitter. A txn that another coordinator drives stays quiet here, since every message
         of that coordinator which changes the replica's record counts as progress.
 
-        At most ``max_progress_coordinators`` run at once, oldest txn first (the ones
-        younger ones wait for), undecided txns before re-sending decided outcomes; what
-        does not fit waits for a later scan, so a restart or a burst cannot start a storm.
+        At most ``max_progress_coordinators`` run at once, oldest txn first, undecided txns
+        before re-sending decided outcomes; what does not fit waits for a later scan, so a
+        restart or a burst cannot start a storm. A txn stable here that waits for its deps
+        is left to them: they are what must progress first.
         """
         config = self.config
         budget = config.max_progress_coordinators - len(self._progress_cids)
@@ -559,6 +567,14 @@ class Node:
             return
         for command in sorted(self.store.active(), key=_txn_id_of):
             if command.txn_id in self._coordinating:
+                continue
+            if command.waiting_on:
+                # Decided here and executing once its deps are applied: recovering it again
+                # cannot help before they are, and it held a slot the deps needed. A txn
+                # waits for deps with a lower executeAt, which may have later txn ids: under
+                # a burst the oldest waiting txns filled every slot while the ACCEPTED txn
+                # they waited for was never recovered. The deps are active (or chased by key)
+                # and are taken up here themselves.
                 continue
             home = command.route is not None and self.store.owns(command.route.home_key)
             delay = config.recover_delay_micros if home else config.recover_delay_other_micros

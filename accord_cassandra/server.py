@@ -81,6 +81,13 @@ ACCORD_TABLES_WAIT_SECONDS = 30.0
 # echoing a 64 KiB value overflowed the client's metadata limit and arrived as
 # RESOURCE_EXHAUSTED instead of the real error.
 MAX_DETAILS_CHARS = 1024
+# A transaction is given the client's remaining deadline less this (or less a tenth of it,
+# if that is shorter), so the sidecar answers with its own status first. Without it, at
+# 10,500 concurrent transfers a request that waited for a busy key past the client's
+# deadline had its stream reset by the server's deadline timer before the client's fired:
+# the client saw CANCELLED, an outcome no client can interpret, instead of the definite
+# RESOURCE_EXHAUSTED of an admission timeout.
+DEADLINE_MARGIN_SECONDS = 0.5
 
 
 def fit_details(details: str) -> str:
@@ -142,8 +149,19 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             translation = to_txn(request, self.catalog)
         except RequestError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, fit_details(str(error)))
+        timeout = self.timeout
+        remaining = context.time_remaining()
+        if remaining is not None:
+            margin = min(DEADLINE_MARGIN_SECONDS, remaining / 10)
+            timeout = min(timeout, remaining - margin)
+            if timeout <= 0:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the request reached the sidecar {remaining:.3f} s before its deadline, "
+                    "too late to run it; nothing was submitted",
+                )
         try:
-            reply = await self.host.submit(translation.txn, timeout=self.timeout)
+            reply = await self.host.submit(translation.txn, timeout=timeout)
         except Overloaded as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, fit_details(str(error)))
         except TimeoutError:

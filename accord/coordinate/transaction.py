@@ -12,10 +12,11 @@ One state machine serves all three roles because they share every phase after th
 Reference: CEP-15 (fast path, slow path, execution), Accord ``CoordinateTransaction``,
 ``Propose``, ``Stabilise``, ``ExecuteTxn``, ``Persist``, ``Recover``, ``Invalidate``.
 
-Every request is re-sent to the replicas that have not answered each ``retry_micros``, a
-bounded number of times; afterwards the coordinator gives up and leaves the transaction to
-the replicas' progress logs. Replies carry the coordination id, so late replies to an
-abandoned attempt are dropped by the node.
+Every request is re-sent to the replicas that have not answered, first after
+``retry_micros`` and then after twice the previous wait (at most
+``retry_backoff_max_micros``), a bounded number of times; afterwards the coordinator gives
+up and leaves the transaction to the replicas' progress logs. Replies carry the
+coordination id, so late replies to an abandoned attempt are dropped by the node.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Host(Protocol):
     topology: Topology
     rng: random.Random
     retry_micros: int
+    retry_backoff_max_micros: int
     max_attempts: int
     fast_quorum_is_slow_quorum: bool
 
@@ -227,7 +229,7 @@ class TransactionCoordinator:
         if pending is None or self.phase is Phase.DONE:
             return
         now = self.host.now()
-        if now - pending.sent_micros < self.host.retry_micros:
+        if now - pending.sent_micros < self._retry_interval(pending.attempts):
             return
         if self.phase is Phase.PREACCEPT and self._preaccept_timed_out():
             return
@@ -246,6 +248,15 @@ class TransactionCoordinator:
             return
         for node in sorted(pending.waiting):
             self.host.send(node, pending.body)
+
+    def _retry_interval(self, attempts: int) -> int:
+        """How long the ``attempts``-th send waits for replies before the next one.
+
+        Replies slower than the whole retry window were never counted: under a burst the
+        re-sends themselves kept peer delivery that slow, so the wait doubles instead.
+        """
+        first = self.host.retry_micros
+        return max(first, min(first << min(attempts - 1, 20), self.host.retry_backoff_max_micros))
 
     # ------------------------------------------------------------------ replies
 

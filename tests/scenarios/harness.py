@@ -27,6 +27,7 @@ class Net:
     topology: Topology | None = None
     # The progress log stays quiet unless a test wants it (recovery then starts by itself).
     recover_delay_micros: int = 10**12
+    max_progress_coordinators: int = NodeConfig().max_progress_coordinators
     clock: ManualClock = field(default_factory=ManualClock)
     nodes: dict[int, Node] = field(default_factory=dict)
     journals: dict[int, list[JournalRecord]] = field(default_factory=dict)
@@ -46,6 +47,7 @@ class Net:
         config = NodeConfig(
             recover_delay_micros=self.recover_delay_micros,
             recover_delay_other_micros=self.recover_delay_micros,
+            max_progress_coordinators=self.max_progress_coordinators,
         )
         assert self.topology is not None
         self.nodes[node_id] = Node(
