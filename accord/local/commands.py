@@ -432,6 +432,7 @@ class CommandStore:
         command = self.command(txn_id)
         if command.promised > ballot:
             return Refused(command.promised, command.status)
+        before = command.snapshot()
         self._define(command, txn, route)
         command.promised = ballot
         if command.status is Status.NOT_DEFINED:
@@ -441,7 +442,13 @@ class CommandStore:
             command.execute_at = witnessed
             command.deps = self._deps(txn_id, txn, txn_id)
             command.fast_vote = False
-        self._persist(command)
+        if command.snapshot() != before:
+            self._persist(command)
+        else:
+            # A retry under a ballot already promised: that promise is durable, so a second
+            # identical snapshot (with all its deps) only grew journals in recovery storms.
+            # The coordinator is still driving the txn, which counts as progress here.
+            command.last_progress_micros = self._now()
         rejects = False
         committed_witness: list[TxnId] = []
         accepted_no_witness: list[TxnId] = []
