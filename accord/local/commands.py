@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accord.invariants import check_state
+from accord.invariants import check_state, fail
 from accord.local.command import Command, CommandSnapshot, KeyState
 from accord.local.effects import (
     Accepted,
@@ -218,8 +218,8 @@ class CommandStore:
                 # that refuses late is as safe as one that refused at once: it only makes
                 # the coordinator invalidate, through a ballot-checked round.
                 witnessed = command.execute_at
-                check_state(witnessed is not None, "pre-accepted %s lacks executeAt", txn_id)
-                assert witnessed is not None  # for the type checker; checked just above
+                if witnessed is None:
+                    fail("pre-accepted %s lacks executeAt", txn_id)
                 expired = self._now() - txn_id.hlc >= self.preaccept_timeout_micros
                 return PreAccepted(witnessed, command.deps, expired and not command.fast_vote)
             return Refused(command.promised, command.status)
