@@ -63,10 +63,19 @@ def _cluster_up(args: argparse.Namespace) -> int:
     cassandra = None
     launched = None
     if args.cassandra:
-        from accord_cassandra.launcher import ClusterSpec, LocalCluster
+        from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
 
-        launched = LocalCluster(ClusterSpec(nodes=args.nodes), directory / "cassandra")
-        launched.start()
+        try:
+            launched = LocalCluster(
+                ClusterSpec(nodes=args.nodes, first_ip=args.cassandra_first_ip),
+                directory / "cassandra",
+            )
+            launched.start()
+        except LauncherError as error:
+            _err(f"cannot start Cassandra: {error}")
+            if launched is not None:
+                launched.stop()
+            return 1
         session = launched.connect()
         for statement in BANK_SCHEMA_CQL:
             session.execute(statement)
@@ -162,6 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument(
         "--cassandra", action="store_true", help="real Cassandra nodes from the launcher"
+    )
+    up.add_argument(
+        "--cassandra-first-ip",
+        default="127.0.0.1",
+        help="loopback address of the first Cassandra node (node i listens on first + i - 1)",
     )
     up.add_argument("--dir", help="folder for configs, journals and logs")
     up.add_argument("--host", default="127.0.0.1", help="address the sidecars listen on")

@@ -341,6 +341,24 @@ def test_cli_sidecar_names_the_bad_field(tmp_path: object) -> None:
     assert "listen" in done.stderr and "'nowhere' is not host:port" in done.stderr
 
 
+def test_cli_cluster_up_refuses_a_cassandra_address_off_loopback(tmp_path: object) -> None:
+    done = _cli(
+        "cluster",
+        "up",
+        "--cassandra",
+        "--nodes",
+        "1",
+        "--cassandra-first-ip",
+        "10.0.0.1",
+        "--dir",
+        str(tmp_path),
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "accord-cassandra: cannot start Cassandra: node addresses must stay inside 127.0.0.0/8"
+    ]
+
+
 # ---------------------------------------------------------------------------- bank
 
 
