@@ -5,13 +5,16 @@ drives :class:`accord.node.Node` through ``step``/``tick``/``submit`` and carrie
 ``ready()`` asks (see :mod:`accord.api`). The same core runs in the deterministic simulator
 (:mod:`accord.sim`), the Maelstrom adapter and the gRPC sidecars.
 
-Layers, each importing only those before it::
+Layers, each importing only those before it (``a | b``: neither imports the other)::
 
-    primitives -> topology -> local -> messages -> coordinate -> node -> sim
+    invariants -> primitives -> topology -> local -> messages -> api
+      -> coordinate | codec -> node -> sim
+
+The planted-bug switches that prove the burn test has teeth are not part of this API: they
+are :class:`accord.sim.Bugs`.
 """
 
 from accord.api import ClientReply, Clock, DataStore, HlcFloor, Journal, JournalRecord, Ready
-from accord.local.commands import Bugs
 from accord.node import Node, NodeConfig
 from accord.primitives import (
     TOKEN_MAX,
@@ -46,7 +49,6 @@ __all__ = [
     "TOKEN_MAX",
     "TOKEN_MIN",
     "BinOp",
-    "Bugs",
     "ClientReply",
     "Clock",
     "Const",

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
 from accord.invariants import check_argument
+from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs, CommandStore
+from accord.local.commands import CommandStore
 from accord.local.effects import NeedsTxn, Refused
 from accord.messages import (
     REQUEST_TYPES,

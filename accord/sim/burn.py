@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 
 from accord.api import ClientReply
 from accord.invariants import ConfigurationError, InvariantViolation
-from accord.local.commands import NO_BUGS, Bugs
 from accord.node import NodeConfig
 from accord.primitives import (
     BinOp,
@@ -35,6 +34,7 @@ from accord.primitives import (
     Update,
     sim_key,
 )
+from accord.sim import NO_BUGS, Bugs
 from accord.sim.cluster import Cluster, Faults
 from accord.sim.history import HistoryRecorder, MicroOp
 from accord.sim.verify import Verdict, check_bank, check_list_append

@@ -25,11 +25,11 @@ from typing import Any
 
 from accord.api import ClientReply, Durable, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
+from accord.sim import NO_BUGS, Bugs
 from accord.sim.oracle import Oracle
 from accord.topology import Topology
 

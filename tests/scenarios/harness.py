@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from accord import Node, NodeConfig, ring_topology
 from accord.api import ClientReply, HlcFloor, JournalRecord
 from accord.local.command import CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Envelope, Message
 from accord.primitives import Key, Timestamp, TxnId, Value
+from accord.sim import NO_BUGS, Bugs
 from accord.topology import Topology
 from tests.clocks import ManualClock
 
