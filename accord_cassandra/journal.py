@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from accord.api import CommandSnapshot, Durable, HlcFloor, JournalRecord
+from accord.api import AsyncJournal, CommandSnapshot, Durable, HlcFloor, JournalRecord
 from accord.codec import CodecError, decode_record, encode_record
 
 logger = logging.getLogger(__name__)
@@ -180,6 +180,10 @@ class FileJournal:
 
     def close(self) -> None:
         self._file.close()
+
+
+# The sidecar's journal is the awaited form of accord.api's Journal (checked by mypy).
+_JOURNAL: type[AsyncJournal] = FileJournal
 
 
 def _crc(payload: bytes, offset: int) -> int:

@@ -71,10 +71,10 @@ class Net:
         while node.has_ready():
             ready = node.ready()
             self.journals[node_id].extend(ready.persist)
+            node.advance(ready)
             self.inflight.extend(ready.messages)
             self.replies.extend(ready.replies)
-            # Data work finishes after advance(): what it sends belongs to the next round.
-            node.advance(ready)
+            # What the data work below sends belongs to the next batch.
             for read in ready.reads:
                 cells = self.data[node_id]
                 node.read_done(
