@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
@@ -144,7 +145,8 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     fit_details(f"malformed TransactRequest: {error}"),
                 )
-        assert isinstance(request, client_pb2.TransactRequest)
+        if not isinstance(request, client_pb2.TransactRequest):
+            fail("abort() returned after a malformed TransactRequest")
         try:
             translation = to_txn(request, self.catalog)
         except RequestError as error:
@@ -178,10 +180,10 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "outcome unknown: the transaction may still commit"
             )
-        assert reply.result is not None
+        result = check_not_none(reply.result, "ok reply for %s without a result", reply.txn_id)
         return to_response(
             str(reply.txn_id),
-            reply.result,
+            result,
             translation.lets,
             self.catalog,
             range_checked=translation.range_checked,

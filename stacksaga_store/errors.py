@@ -20,7 +20,9 @@ under ``python -O`` (plain ``assert`` does not).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "ConfigError",
@@ -36,6 +38,7 @@ __all__ = [
     "StepError",
     "TransactionHistoryFullError",
     "TransactionNotFoundError",
+    "check_not_none",
     "check_state",
 ]
 
@@ -133,3 +136,11 @@ def check_state(condition: bool, message: str) -> None:
     """Always-on assertion (kept under ``python -O``); raises :class:`InvariantViolation`."""
     if not condition:
         raise InvariantViolation(message)
+
+
+def check_not_none(value: T | None, message: str) -> T:
+    """``value``, or :class:`InvariantViolation` if it is None: the always-on form of
+    ``assert value is not None`` that narrows the type for mypy too."""
+    if value is None:
+        raise InvariantViolation(message)
+    return value
