@@ -12,9 +12,22 @@ Layers, each importing only those before it (``a | b``: neither imports the othe
 
 The planted-bug switches that prove the burn test has teeth are not part of this API: they
 are :class:`accord.sim.Bugs`.
+
+Errors: every error the library raises on purpose derives from :class:`AccordError` —
+:class:`InvariantViolation` (a bug; always on, also under ``python -O``),
+:class:`InvalidTransaction`, :class:`ConfigurationError`, :class:`InvalidArgument` (also a
+``ValueError``), :class:`accord.codec.CodecError` and
+:class:`accord.messages.validate.InvalidMessage`.
 """
 
 from accord.api import ClientReply, Clock, DataStore, HlcFloor, Journal, JournalRecord, Ready
+from accord.invariants import (
+    AccordError,
+    ConfigurationError,
+    InvalidArgument,
+    InvalidTransaction,
+    InvariantViolation,
+)
 from accord.node import Node, NodeConfig
 from accord.primitives import (
     TOKEN_MAX,
@@ -48,15 +61,20 @@ __all__ = [
     "COMPARE_OPERATORS",
     "TOKEN_MAX",
     "TOKEN_MIN",
+    "AccordError",
     "BinOp",
     "ClientReply",
     "Clock",
+    "ConfigurationError",
     "Const",
     "DataStore",
     "Delete",
     "Deps",
     "Expr",
     "HlcFloor",
+    "InvalidArgument",
+    "InvalidTransaction",
+    "InvariantViolation",
     "Item",
     "Journal",
     "JournalRecord",

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from accord.api import AsyncJournal, CommandSnapshot, Durable, HlcFloor, JournalRecord
 from accord.codec import CodecError, decode_record, encode_record
+from accord_cassandra.errors import AccordCassandraError
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ _HEADER = struct.Struct(">II")
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
-class JournalCorrupt(RuntimeError):
+class JournalCorrupt(AccordCassandraError, RuntimeError):
     """The journal has a damaged frame before its end: refusing to guess."""
 
 

@@ -40,6 +40,7 @@ from accord_cassandra.datastore import (
     accord_tables_cql,
     tables_from_cluster,
 )
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
@@ -98,7 +99,7 @@ def fit_details(details: str) -> str:
     return f"{details[: MAX_DETAILS_CHARS - 40]}... ({len(details)} characters, truncated)"
 
 
-class StartupError(RuntimeError):
+class StartupError(AccordCassandraError, RuntimeError):
     """The sidecar cannot start; the message names the setting and the problem."""
 
 

@@ -16,6 +16,10 @@ families matter to callers:
 
 Bugs in this package raise :class:`InvariantViolation` from :func:`check_state`, which stays on
 under ``python -O`` (plain ``assert`` does not).
+
+``except StackSagaError`` catches every error the package raises on purpose, bugs included.
+The one family outside it is :class:`StepError`: user code raises it, and the orchestrator
+catches it.
 """
 
 from __future__ import annotations
@@ -128,8 +132,9 @@ class NonRetryableStepError(StepError):
     """A permanent fault: the saga compensates completed steps in reverse order."""
 
 
-class InvariantViolation(AssertionError):
-    """A bug: something this package guarantees did not hold."""
+class InvariantViolation(StackSagaError, AssertionError):
+    """A bug: something this package guarantees did not hold (still an ``AssertionError``, as
+    before the package had one root)."""
 
 
 def check_state(condition: bool, message: str) -> None:
