@@ -5,13 +5,29 @@ drives :class:`accord.node.Node` through ``step``/``tick``/``submit`` and carrie
 ``ready()`` asks (see :mod:`accord.api`). The same core runs in the deterministic simulator
 (:mod:`accord.sim`), the Maelstrom adapter and the gRPC sidecars.
 
-Layers, each importing only those before it::
+Layers, each importing only those before it (``a | b``: neither imports the other)::
 
-    primitives -> topology -> local -> messages -> coordinate -> node -> sim
+    invariants -> primitives -> topology -> local -> messages -> api
+      -> coordinate | codec -> node -> sim
+
+The planted-bug switches that prove the burn test has teeth are not part of this API: they
+are :class:`accord.sim.Bugs`.
+
+Errors: every error the library raises on purpose derives from :class:`AccordError` —
+:class:`InvariantViolation` (a bug; always on, also under ``python -O``),
+:class:`InvalidTransaction`, :class:`ConfigurationError`, :class:`InvalidArgument` (also a
+``ValueError``), :class:`accord.codec.CodecError` and
+:class:`accord.messages.validate.InvalidMessage`.
 """
 
 from accord.api import ClientReply, Clock, DataStore, HlcFloor, Journal, JournalRecord, Ready
-from accord.local.commands import Bugs
+from accord.invariants import (
+    AccordError,
+    ConfigurationError,
+    InvalidArgument,
+    InvalidTransaction,
+    InvariantViolation,
+)
 from accord.node import Node, NodeConfig
 from accord.primitives import (
     TOKEN_MAX,
@@ -45,16 +61,20 @@ __all__ = [
     "COMPARE_OPERATORS",
     "TOKEN_MAX",
     "TOKEN_MIN",
+    "AccordError",
     "BinOp",
-    "Bugs",
     "ClientReply",
     "Clock",
+    "ConfigurationError",
     "Const",
     "DataStore",
     "Delete",
     "Deps",
     "Expr",
     "HlcFloor",
+    "InvalidArgument",
+    "InvalidTransaction",
+    "InvariantViolation",
     "Item",
     "Journal",
     "JournalRecord",

@@ -4,13 +4,19 @@ A host (the simulator, the Maelstrom adapter, the gRPC sidecar) drives a
 :class:`accord.node.Node` in a loop, the way etcd's raft is driven::
 
     node.step(envelope)          # or node.tick(), node.submit(...), node.read_done(...)
-    ready = node.ready()
+    ready = node.ready()                 # the batch; later inputs go to the next one
     journal.append(ready.persist)        # 1. durable first
-    for envelope in ready.messages: send(envelope)      # 2. then talk
+    node.advance(ready)                  # 2. acknowledge: ready.persist is durable
+    for envelope in ready.messages: send(envelope)      # 3. then talk
     for reply in ready.replies: answer_client(reply)
-    for read in ready.reads: schedule(read)     # 3. data work, results fed back via step
+    for read in ready.reads: schedule(read)     # 4. data work, results fed back via step
     for write in ready.writes: schedule(write)
-    node.advance(ready)
+
+``advance(ready)`` means exactly one thing: the host has made ``ready.persist`` durable.
+Every host calls it right after its journal append returns and before anything in the
+batch leaves the process; ``ready()`` refuses to hand out the next batch until it has. A
+host that awaits its fsync may keep feeding the node inputs meanwhile: they land in the
+next batch, never in the one being persisted.
 
 Ordering and durability contract:
 
@@ -23,8 +29,8 @@ Ordering and durability contract:
 * A write carries ``execute_at``; the data store must make it idempotent and order-agnostic
   by that timestamp (last-write-wins with a timestamp derived injectively and
   monotonically from ``execute_at``). Replaying a write after a crash is then harmless.
-* After a restart, rebuild the node with ``Node.restore(...)`` from every record persisted
-  before the crash, in order.
+* After a restart, build a new node from what the journal replays:
+  ``Node(..., journal=journal.replay())``.
 """
 
 from __future__ import annotations
@@ -67,13 +73,36 @@ JournalRecord = CommandSnapshot | HlcFloor | Durable
 
 
 class Journal(Protocol):
-    """Append-only durable log of a node's protocol state."""
+    """Append-only durable log of a node's protocol state.
+
+    ``replay`` may compact: it returns records that restore the same state (the latest
+    snapshot of each command, the highest HLC floor, every durable txn) when a new
+    :class:`accord.node.Node` is built from them (``journal=``), not necessarily every
+    record appended.
+    """
 
     def append(self, records: Sequence[JournalRecord]) -> None:
         """Make ``records`` durable, in order, before returning."""
 
     def replay(self) -> list[JournalRecord]:
-        """Every record appended before, in order."""
+        """What every record appended before restores, in order."""
+
+    def close(self) -> None:
+        """Release the log's resources; nothing may be appended afterwards."""
+
+
+class AsyncJournal(Protocol):
+    """:class:`Journal` for a host with an event loop: ``append`` is awaited, so the loop
+    keeps serving (and the node keeps batching inputs) while the records are made durable."""
+
+    async def append(self, records: Sequence[JournalRecord]) -> None:
+        """Make ``records`` durable, in order, before returning."""
+
+    def replay(self) -> list[JournalRecord]:
+        """What every record appended before restores, in order."""
+
+    def close(self) -> None:
+        """Release the log's resources; nothing may be appended afterwards."""
 
 
 class DataStore(Protocol):
@@ -113,6 +142,7 @@ class Ready:
 
 
 __all__ = [
+    "AsyncJournal",
     "ClientReply",
     "Clock",
     "CommandSnapshot",

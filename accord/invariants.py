@@ -6,11 +6,15 @@ must stop the process in production too, so every check here raises regardless o
 
 from __future__ import annotations
 
-from typing import ClassVar, NoReturn
+from typing import ClassVar, NoReturn, TypeVar
+
+T = TypeVar("T")
 
 
 class AccordError(Exception):
-    """Root of every error raised by this library."""
+    """Root of every error this library raises on purpose: ``except accord.AccordError``
+    catches them all (:class:`accord.codec.CodecError` and
+    :class:`accord.messages.validate.InvalidMessage` included)."""
 
     retryable: ClassVar[bool] = False
 
@@ -25,6 +29,11 @@ class InvalidTransaction(AccordError):
 
 class ConfigurationError(AccordError):
     """A node or topology configuration is inconsistent."""
+
+
+class InvalidArgument(AccordError, ValueError):
+    """A caller passed something the API does not accept (a ``ValueError`` too, as it was
+    before the library had one root)."""
 
 
 def check_state(condition: bool, message: str, *args: object) -> None:
@@ -43,6 +52,16 @@ def fail(message: str, *args: object) -> NoReturn:
 
 
 def check_argument(condition: bool, message: str, *args: object) -> None:
-    """Raise :class:`ValueError` unless ``condition`` holds (caller's mistake, not ours)."""
+    """Raise :class:`InvalidArgument` unless ``condition`` holds (caller's mistake, not ours)."""
     if not condition:
-        raise ValueError(message % args if args else message)
+        raise InvalidArgument(message % args if args else message)
+
+
+def check_not_none(value: T | None, message: str, *args: object) -> T:
+    """Return ``value``, raising :class:`InvariantViolation` if it is None.
+
+    The always-on form of ``assert value is not None``: it narrows the type for mypy too.
+    """
+    if value is None:
+        fail(message, *args)
+    return value

@@ -2,8 +2,9 @@
 
 Inputs: :meth:`Node.submit` (a client transaction), :meth:`Node.step` (a message from a
 peer), :meth:`Node.tick` (time passed), :meth:`Node.read_done` / :meth:`Node.write_done`
-(user-data work finished). Output: :meth:`Node.ready`, then :meth:`Node.advance`. The
-contract for the host is in :mod:`accord.api`.
+(user-data work finished). Output: :meth:`Node.ready` hands out a batch; the host persists
+it and acknowledges that with :meth:`Node.advance`. The contract for the host is in
+:mod:`accord.api`.
 
 The node owns the replica's :class:`CommandStore`, a table of active coordinators keyed by
 coordination id, the hybrid logical clock, the optional reorder buffer, and the progress
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
-from accord.invariants import check_argument
+from accord.invariants import check_argument, check_not_none, check_state
+from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs, CommandStore
+from accord.local.commands import CommandStore
 from accord.local.effects import NeedsTxn, Refused
 from accord.messages import (
     REQUEST_TYPES,
@@ -177,6 +179,8 @@ class Node:
                     self.store.mark_durable(durable_id)
         self.store.persisted.clear()
         self._ready = Ready()
+        # The batch ready() handed out and advance() has not yet acknowledged as persisted.
+        self._outstanding: Ready | None = None
         self._local: deque[Message] = deque()
         self._coordinators: dict[int, TransactionCoordinator] = {}
         self._coordinating: dict[TxnId, int] = {}
@@ -303,14 +307,25 @@ class Node:
         )
 
     def ready(self) -> Ready:
+        """Hand the host everything to do since the last batch, and start the next batch.
+
+        Inputs that arrive while the host works on this batch (an asyncio host awaits its
+        fsync) accumulate in the next one. The host makes ``persist`` durable, then calls
+        :meth:`advance` with this batch, and only then sends, replies and schedules data
+        work (see :mod:`accord.api`). One batch is outstanding at a time: calling this again
+        before :meth:`advance` is a host bug and raises.
+        """
+        check_state(
+            self._outstanding is None,
+            "ready() called before advance() acknowledged the previous batch as persisted",
+        )
         while True:
             self._drain_local()
             for txn_id, reader_node, reader_cid in self.store.read_replies:
                 command = self.store.commands[txn_id]
-                assert command.writes is not None and command.result is not None
-                self._send(
-                    reader_node, ReadRedundant(reader_cid, txn_id, command.writes, command.result)
-                )
+                done = check_not_none(command.writes, "read reply for %s without writes", txn_id)
+                result = check_not_none(command.result, "read reply for %s without result", txn_id)
+                self._send(reader_node, ReadRedundant(reader_cid, txn_id, done, result))
             self.store.read_replies.clear()
             if not self._local:
                 break
@@ -323,6 +338,8 @@ class Node:
         ready.reads.extend(reads)
         ready.writes.extend(writes)
         self._answer_waiting_clients()
+        self._ready = Ready()
+        self._outstanding = ready
         return ready
 
     def _drain_local(self) -> None:
@@ -334,8 +351,14 @@ class Node:
             self._dispatch(self.node_id, local.popleft())
 
     def advance(self, ready: Ready) -> None:
-        check_argument(ready is self._ready, "advance() must be given the last ready()")
-        self._ready = Ready()
+        """Acknowledge that ``ready.persist`` is durable: the host appended it to its journal
+        (and the append returned, fsync included). Every host calls this after the append
+        and before anything in the batch leaves the process; the next :meth:`ready` is
+        refused until it does."""
+        check_argument(
+            ready is self._outstanding, "advance() must be given the batch of the last ready()"
+        )
+        self._outstanding = None
 
     # ------------------------------------------------------------------ requests
 
@@ -606,8 +629,9 @@ class Node:
                 self.stats.recoveries += 1
                 coordinator.start_recovery()
             else:
-                assert hint is not None
-                coordinator.start_invalidation(hint)
+                coordinator.start_invalidation(
+                    check_not_none(hint, "invalidation of %s without a key", command.txn_id)
+                )
             budget -= 1
             if budget <= 0:
                 self.stats.progress_deferred += 1
@@ -621,18 +645,15 @@ class Node:
             )
             if now - command.last_progress_micros < delay + self.rng.randrange(max(1, delay // 2)):
                 continue
-            assert (
-                command.execute_at is not None
-                and command.writes is not None
-                and command.result is not None
-            )
+            txn_id = command.txn_id
+            execute_at = check_not_none(command.execute_at, "applied %s lacks executeAt", txn_id)
+            writes = check_not_none(command.writes, "applied %s lacks writes", txn_id)
+            result = check_not_none(command.result, "applied %s lacks a result", txn_id)
             command.recovery_attempts += 1
             command.last_progress_micros = now
-            coordinator = self._new_coordinator(command.txn_id, command.txn, command.route)
+            coordinator = self._new_coordinator(txn_id, command.txn, command.route)
             self._progress_cids.add(coordinator.cid)
-            coordinator.start_persist(
-                command.execute_at, command.deps, command.writes, command.result
-            )
+            coordinator.start_persist(execute_at, command.deps, writes, result)
             budget -= 1
             if budget <= 0:
                 self.stats.progress_deferred += 1

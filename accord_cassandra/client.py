@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.translate import value_from_proto, value_to_proto
 from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import client_pb2_grpc
@@ -33,7 +34,9 @@ DEFINITE_CODES = frozenset(
 )
 
 
-class TransactionError(RuntimeError):
+class TransactionError(AccordCassandraError, RuntimeError):
+    """A transaction failed or its outcome is unknown; ``code`` is the gRPC status name."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code

@@ -38,6 +38,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from accord_cassandra.datastore import MAX_NODE_ID
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 from accord_cassandra.schema import Catalog, SchemaError
 
@@ -46,7 +47,7 @@ ENV_PREFIX = "ACCORD_SIDECAR_"
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
-class ConfigError(ValueError):
+class ConfigError(AccordCassandraError, ValueError):
     """The configuration is invalid; the message names the field."""
 
 

@@ -2,9 +2,10 @@
 
 One pump task carries out the node's ``Ready`` batches strictly in order:
 
-1. ``ready = node.ready(); node.advance(ready)`` — later inputs accumulate in the next batch;
+1. ``ready = node.ready()`` — later inputs accumulate in the next batch;
 2. the batch's journal records are appended and fsync'd (one fsync per batch: while it runs,
-   new inputs pile up in the node, so the next batch commits them as a group);
+   new inputs pile up in the node, so the next batch commits them as a group), then
+   ``node.advance(ready)`` acknowledges them as durable;
 3. only then its messages go to peers and its replies to clients;
 4. its data reads and writes are scheduled per key in order: an operation on a key starts
    after every earlier operation on that key finished, which is the data-ordering contract
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
-from accord import ClientReply, Key, Node, NodeConfig, Timestamp, Topology, Txn
+from accord import ClientReply, Clock, Key, Node, NodeConfig, Timestamp, Topology, Txn
 from accord.api import DataRead, DataWrite, JournalRecord
 from accord.invariants import AccordError
 from accord.messages import Envelope
@@ -190,7 +191,7 @@ class SidecarHost:
         # The data store's own checks (keys of served tables, rows that fit their columns):
         # raises InvalidMessage for what could never be written.
         self._check_data = check_data
-        self._clock = WallClock()
+        self._clock: Clock = WallClock()
         # Undecided transactions by the node that minted their TxnId: txn id -> cost.
         self._undecided: dict[int, dict[Timestamp, int]] = {}
         self._undecided_cost: dict[int, int] = {}
@@ -358,8 +359,8 @@ class SidecarHost:
             self._wake.clear()
             while node.has_ready():
                 ready = node.ready()
-                node.advance(ready)
                 await self.journal.append(ready.persist)
+                node.advance(ready)
                 self.metrics.batches += 1
                 for envelope in ready.messages:
                     self._send(envelope)

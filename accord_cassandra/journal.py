@@ -33,8 +33,9 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from accord.api import CommandSnapshot, Durable, HlcFloor, JournalRecord
+from accord.api import AsyncJournal, CommandSnapshot, Durable, HlcFloor, JournalRecord
 from accord.codec import CodecError, decode_record, encode_record
+from accord_cassandra.errors import AccordCassandraError
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ _HEADER = struct.Struct(">II")
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
-class JournalCorrupt(RuntimeError):
+class JournalCorrupt(AccordCassandraError, RuntimeError):
     """The journal has a damaged frame before its end: refusing to guess."""
 
 
@@ -180,6 +181,10 @@ class FileJournal:
 
     def close(self) -> None:
         self._file.close()
+
+
+# The sidecar's journal is the awaited form of accord.api's Journal (checked by mypy).
+_JOURNAL: type[AsyncJournal] = FileJournal
 
 
 def _crc(payload: bytes, offset: int) -> int:

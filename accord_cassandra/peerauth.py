@@ -33,6 +33,7 @@ from typing import Literal
 
 import grpc
 
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.v1 import peer_pb2
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ INCARNATIONS_MAX = 64
 LOG_EVERY_SECONDS = 10.0
 
 
-class Refused(Exception):
+class Refused(AccordCassandraError):
     """A batch that must not touch state; ``code`` is the gRPC status to answer with."""
 
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from accord_cassandra.errors import AccordCassandraError
+
 T = TypeVar("T")
 
 BIND_RETRY_SECONDS = 10.0
@@ -29,7 +31,7 @@ BIND_RETRY_PAUSE_SECONDS = 0.2
 POLL_SECONDS = 0.05
 
 
-class AddressInUse(OSError):
+class AddressInUse(AccordCassandraError, OSError):
     """A fixed port stayed taken for the whole retry period."""
 
 

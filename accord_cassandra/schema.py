@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from accord import Key
 from accord_cassandra import tokens
+from accord_cassandra.errors import AccordCassandraError
 
 INT_TYPES = {"int": 32, "bigint": 64, "smallint": 16, "tinyint": 8, "counter": 64, "varint": 64}
 TEXT_TYPES = frozenset({"text", "varchar", "ascii"})
@@ -28,7 +29,7 @@ MAX_VALUE_BYTES = 64 * 1024
 MAX_PARTITION_KEY_BYTES = 0xFFFF
 
 
-class SchemaError(ValueError):
+class SchemaError(AccordCassandraError, ValueError):
     """A request names a keyspace, table or column that does not exist, or a value of the
     wrong type for its column. The message names the culprit."""
 

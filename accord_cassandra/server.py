@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
@@ -39,6 +40,7 @@ from accord_cassandra.datastore import (
     accord_tables_cql,
     tables_from_cluster,
 )
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.host import Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
@@ -97,7 +99,7 @@ def fit_details(details: str) -> str:
     return f"{details[: MAX_DETAILS_CHARS - 40]}... ({len(details)} characters, truncated)"
 
 
-class StartupError(RuntimeError):
+class StartupError(AccordCassandraError, RuntimeError):
     """The sidecar cannot start; the message names the setting and the problem."""
 
 
@@ -144,7 +146,8 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     fit_details(f"malformed TransactRequest: {error}"),
                 )
-        assert isinstance(request, client_pb2.TransactRequest)
+        if not isinstance(request, client_pb2.TransactRequest):
+            fail("abort() returned after a malformed TransactRequest")
         try:
             translation = to_txn(request, self.catalog)
         except RequestError as error:
@@ -178,10 +181,10 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "outcome unknown: the transaction may still commit"
             )
-        assert reply.result is not None
+        result = check_not_none(reply.result, "ok reply for %s without a result", reply.txn_id)
         return to_response(
             str(reply.txn_id),
-            reply.result,
+            result,
             translation.lets,
             self.catalog,
             range_checked=translation.range_checked,

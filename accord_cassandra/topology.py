@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accord import TOKEN_MAX, TOKEN_MIN, Shard, TokenRange, Topology
+from accord_cassandra.errors import AccordCassandraError
 
 
-class TopologyError(ValueError):
+class TopologyError(AccordCassandraError, ValueError):
     """The ring cannot be mapped onto the configured sidecars."""
 
 

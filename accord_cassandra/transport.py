@@ -29,6 +29,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from accord.codec import CodecError, decode_message, encode_message
+from accord.invariants import fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage
 from accord_cassandra.peerauth import BatchStamper, Refused
@@ -119,7 +120,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"malformed PeerBatch: {error}"
                 )
-        assert isinstance(request, peer_pb2.PeerBatch)
+        if not isinstance(request, peer_pb2.PeerBatch):
+            fail("abort() returned after a malformed PeerBatch")
         try:
             self.authenticate(request, context.auth_context())
         except Refused as refused:

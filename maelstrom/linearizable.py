@@ -40,6 +40,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from accord.invariants import check_not_none, fail
+
 DEFAULT_MAX_STATES: Final = 200_000
 """Configurations one search may cache before it answers unknown. A cas-register state is
 one short string; a database state is a tuple over the keys in play (tens), so the bound
@@ -118,24 +120,23 @@ def _build_list(ops: Sequence[LinOp]) -> _Entry:
 
 
 def _lift(entry: _Entry) -> None:
-    assert entry.prev is not None and entry.match is not None
-    entry.prev.next = entry.next
+    prev = check_not_none(entry.prev, "lifting entry %d outside the list", entry.id)
+    match = check_not_none(entry.match, "lifting call %d without its return", entry.id)
+    prev.next = entry.next
     if entry.next is not None:
-        entry.next.prev = entry.prev
-    match = entry.match
-    assert match.prev is not None
-    match.prev.next = match.next
+        entry.next.prev = prev
+    match_prev = check_not_none(match.prev, "return of %d outside the list", entry.id)
+    match_prev.next = match.next
     if match.next is not None:
         match.next.prev = match.prev
 
 
 def _unlift(entry: _Entry) -> None:
-    match = entry.match
-    assert match is not None and match.prev is not None and entry.prev is not None
-    match.prev.next = match
+    match = check_not_none(entry.match, "unlifting call %d without its return", entry.id)
+    check_not_none(match.prev, "return of %d outside the list", entry.id).next = match
     if match.next is not None:
         match.next.prev = match
-    entry.prev.next = entry
+    check_not_none(entry.prev, "unlifting entry %d outside the list", entry.id).next = entry
     if entry.next is not None:
         entry.next.prev = entry
 
@@ -166,7 +167,8 @@ def check(
     best: _Search[S] = _Search()
     entry = head.next
     while head.next is not None:
-        assert entry is not None  # a return entry always follows every pending call
+        # A return entry always follows every pending call.
+        entry = check_not_none(entry, "the history ends in a pending call")
         if entry.is_call:
             following = model.step(state, ops[entry.id])
             if following is not None:
@@ -223,7 +225,8 @@ class CasRegister:
             return state if op.unknown or state == value else None
         if f == "write":
             return value
-        assert isinstance(value, tuple)
+        if not isinstance(value, tuple):
+            fail("cas value %r is not (expected, new)", value)
         expected, new = value
         if state == expected:
             return new

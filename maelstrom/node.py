@@ -18,9 +18,9 @@ retries, recovery and progress log.
     node.step / submit / tick -> ready = node.ready()
     journal.append(ready.persist)        durable first (in memory: Maelstrom never restarts
                                          a node, so memory outlives every message we send)
+    node.advance(ready)                  acknowledge the batch as persisted
     send ready.messages                  as Maelstrom node-to-node messages
     answer ready.replies                 as *_ok or error bodies to the clients
-    node.advance(ready)
     perform ready.reads, ready.writes    in order, against the in-memory store, feeding
                                          results back with read_done / write_done
 
@@ -62,14 +62,15 @@ from accord import (
     Node,
     NodeConfig,
     Timestamp,
-    TxnId,
     TxnResult,
     WriteOp,
     ring_topology,
 )
-from accord.api import CommandSnapshot, DataRead, DataWrite, HlcFloor, JournalRecord, Ready
+from accord.api import DataRead, DataWrite, Journal, Ready
 from accord.codec import CodecError, decode_message, encode_message
+from accord.invariants import check_not_none, fail
 from accord.messages import Envelope, Message
+from accord.sim.journal import MemoryJournal
 from maelstrom.operations import (
     CLIENT_TYPES,
     ClientRequest,
@@ -134,29 +135,6 @@ class MemoryStore:
         return None if cell is None else cell[1]
 
 
-class MemoryJournal:
-    """The node's durable protocol state: the latest snapshot of every command and the HLC
-    floor. Memory is durable enough here because Maelstrom never restarts a node.
-
-    It holds one snapshot per transaction the replica ever saw, as Accord's command store
-    keeps every command record (durable ones leave the key indexes, not the table), so
-    memory grows with the length of a test: tens of MB for a long Maelstrom run."""
-
-    __slots__ = ("commands", "hlc_floor")
-
-    def __init__(self) -> None:
-        self.commands: dict[TxnId, CommandSnapshot] = {}
-        self.hlc_floor = 0
-
-    def append(self, records: Sequence[JournalRecord]) -> None:
-        for record in records:
-            if isinstance(record, CommandSnapshot):
-                self.commands[record.txn_id] = record
-            elif isinstance(record, HlcFloor):
-                self.hlc_floor = max(self.hlc_floor, record.value)
-            # Durable records are not kept: nothing is ever restored from this journal.
-
-
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
     """Command-line options of the node (after ``--`` in a ``maelstrom test`` command)."""
@@ -207,7 +185,7 @@ class MaelstromNode:
         self._accord_ids: dict[str, int] = {}
         self.accord: Node | None = None
         self.store = MemoryStore()
-        self.journal = MemoryJournal()
+        self.journal: Journal = MemoryJournal()
         self.counters = NodeCounters()
         self._out: list[str] = []
         self._next_msg_id = 1
@@ -289,7 +267,8 @@ class MaelstromNode:
                 f"{MAX_NODES} distinct strings that include node_id)",
             )
             return
-        assert isinstance(node_id, str) and isinstance(node_ids, list)
+        if not (isinstance(node_id, str) and isinstance(node_ids, list)):
+            fail("init passed validation with node_id %r, node_ids %r", node_id, node_ids)
         if self.node_name is not None:
             if (node_id, tuple(node_ids)) != (self.node_name, self.node_names):
                 self._reply_error(
@@ -427,8 +406,8 @@ class MaelstromNode:
             logger.error("undecodable accord message from %s: %s", packet.src, error)
             return
         self.counters.peer_messages_in += 1
-        assert self.node_name is not None
-        accord.step(Envelope(src, self._accord_ids[self.node_name], message))
+        node_name = check_not_none(self.node_name, "an accord message handled before init")
+        accord.step(Envelope(src, self._accord_ids[node_name], message))
         self._flush()
 
     def _send_peer(self, dest: int, message: Message) -> None:
@@ -440,16 +419,18 @@ class MaelstromNode:
 
     def _flush(self) -> None:
         """Run the accord.api host contract until the node has nothing left to ask."""
-        accord = self.accord
-        assert accord is not None
+        accord = check_not_none(self.accord, "the accord node runs only after init")
         while True:
             if accord.has_ready():
                 ready = accord.ready()
-                self._carry_out(ready)
+                # Durable before anything leaves the process: replies and messages promise
+                # what the journal records.
+                self.journal.append(ready.persist)
                 accord.advance(ready)
+                self._carry_out(ready)
             if not self._data_ops:
                 return
-            # Data work runs after advance(), one operation at a time in issue order, which
+            # Data work runs after the batch, one operation at a time in issue order, which
             # is the per-key order accord.api requires; each result may produce more ready.
             op = self._data_ops.popleft()
             if isinstance(op, DataRead):
@@ -459,9 +440,6 @@ class MaelstromNode:
                 accord.write_done(op.txn_id)
 
     def _carry_out(self, ready: Ready) -> None:
-        # Durable before anything leaves the process: replies and messages promise what
-        # the journal records.
-        self.journal.append(ready.persist)
         for envelope in ready.messages:
             self._send_peer(envelope.dest, envelope.body)
         for reply in ready.replies:
@@ -602,7 +580,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 __all__ = [
     "MaelstromNode",
-    "MemoryJournal",
     "MemoryStore",
     "MonotonicClock",
     "NodeOptions",

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from accord import BinOp, Const, Key, Predicate, Put, ReadOf, Txn, TxnResult, Update, sim_key
+from accord.invariants import fail
 from maelstrom.protocol import ErrorCode
 
 MAX_TXN_MICRO_OPS: Final = 64
@@ -214,7 +215,8 @@ def _compile_txn(request: TxnRequest) -> Txn:
         if isinstance(current, BinOp) and isinstance(current.right, Const):
             # Consecutive appends to one key fold into one constant suffix.
             suffix = current.right.value
-            assert isinstance(suffix, tuple)
+            if not isinstance(suffix, tuple):
+                fail("append suffix %r is not a tuple", suffix)
             values[key] = BinOp("concat", current.left, Const((*suffix, mop.value)))
         else:
             values[key] = BinOp("concat", current, Const((mop.value,)))
@@ -274,7 +276,8 @@ def _replay(request: TxnRequest, result: TxnResult) -> list[list[object]]:
             before = state.get(key)
             # Accord evaluated the same concat without error (result.error is None), so the
             # snapshot value is a tuple or absent.
-            assert before is None or isinstance(before, tuple)
+            if not (before is None or isinstance(before, tuple)):
+                fail("append to %r whose value %r is not a list", key, before)
             state[key] = (*(before or ()), mop.value)
             out.append(["append", mop.key, mop.value])
     return out

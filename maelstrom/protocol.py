@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final
 
+from accord.invariants import fail
+
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest line either side accepts (1 MiB). Longer lines are discarded unparsed: a
 Maelstrom client request is a few hundred bytes, and node-to-node Accord messages stay far
@@ -117,7 +119,8 @@ class Packet:
     @property
     def type(self) -> str:
         kind = self.body["type"]
-        assert isinstance(kind, str)  # checked by parse_line
+        if not isinstance(kind, str):
+            fail("packet type %r passed parse_line", kind)
         return kind
 
     @property

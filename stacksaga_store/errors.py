@@ -16,11 +16,17 @@ families matter to callers:
 
 Bugs in this package raise :class:`InvariantViolation` from :func:`check_state`, which stays on
 under ``python -O`` (plain ``assert`` does not).
+
+``except StackSagaError`` catches every error the package raises on purpose, bugs included.
+The one family outside it is :class:`StepError`: user code raises it, and the orchestrator
+catches it.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "ConfigError",
@@ -36,6 +42,7 @@ __all__ = [
     "StepError",
     "TransactionHistoryFullError",
     "TransactionNotFoundError",
+    "check_not_none",
     "check_state",
 ]
 
@@ -125,11 +132,20 @@ class NonRetryableStepError(StepError):
     """A permanent fault: the saga compensates completed steps in reverse order."""
 
 
-class InvariantViolation(AssertionError):
-    """A bug: something this package guarantees did not hold."""
+class InvariantViolation(StackSagaError, AssertionError):
+    """A bug: something this package guarantees did not hold (still an ``AssertionError``, as
+    before the package had one root)."""
 
 
 def check_state(condition: bool, message: str) -> None:
     """Always-on assertion (kept under ``python -O``); raises :class:`InvariantViolation`."""
     if not condition:
         raise InvariantViolation(message)
+
+
+def check_not_none(value: T | None, message: str) -> T:
+    """``value``, or :class:`InvariantViolation` if it is None: the always-on form of
+    ``assert value is not None`` that narrows the type for mypy too."""
+    if value is None:
+        raise InvariantViolation(message)
+    return value

@@ -27,6 +27,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from accord.invariants import check_not_none
 from accord.messages import RecoverOk
 from accord.primitives import EMPTY_DEPS, Deps, Status, Timestamp, TxnId, TxnResult, WriteOp
 from accord.topology import Shard
@@ -69,8 +70,8 @@ def decide(txn_id: TxnId, shards: tuple[Shard, ...], replies: Mapping[int, Recov
         best = max(proposals, key=lambda r: r.accepted)
         if best.status is Status.ACCEPTED_INVALIDATE:
             return Decision(Action.INVALIDATE)
-        assert best.execute_at is not None
-        return Decision(Action.PROPOSE, best.execute_at, _merged_below(oks, best.execute_at))
+        execute_at = check_not_none(best.execute_at, "accepted proposal without executeAt")
+        return Decision(Action.PROPOSE, execute_at, _merged_below(oks, execute_at))
     if _fast_path_rejected(shards, replies):
         return Decision(Action.INVALIDATE)
     witnessed = {t for r in oks for t in r.earlier_committed_witness}

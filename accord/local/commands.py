@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from accord.invariants import check_state, fail
+from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot, KeyState
 from accord.local.effects import (
     Accepted,
@@ -54,28 +54,6 @@ from accord.primitives import (
 from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Bugs:
-    """Deliberately broken protocol variants, for proving the burn test has teeth.
-
-    Never set outside tests: each one breaks strict serializability.
-    """
-
-    execute_without_waiting: bool = False
-    fast_quorum_is_slow_quorum: bool = False
-    deps_omit_uncommitted: bool = False
-    recovery_ignores_earlier_accepted: bool = False
-    forget_promise_on_restart: bool = False
-    fast_vote_ignores_conflicts: bool = False
-    witness_any_key: bool = False
-
-    def any(self) -> bool:
-        return any(getattr(self, name) for name in self.__slots__)
-
-
-NO_BUGS = Bugs()
 
 
 class CommandStore:

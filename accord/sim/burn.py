@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from accord.api import ClientReply
-from accord.invariants import ConfigurationError, InvariantViolation
-from accord.local.commands import NO_BUGS, Bugs
+from accord.invariants import ConfigurationError, InvariantViolation, check_not_none, fail
 from accord.node import NodeConfig
 from accord.primitives import (
     BinOp,
@@ -35,6 +34,7 @@ from accord.primitives import (
     Update,
     sim_key,
 )
+from accord.sim import NO_BUGS, Bugs
 from accord.sim.cluster import Cluster, Faults
 from accord.sim.history import HistoryRecorder, MicroOp
 from accord.sim.verify import Verdict, check_bank, check_list_append
@@ -266,8 +266,7 @@ class _Workload:
 
     def observed(self, mops: tuple[MicroOp, ...], reply: ClientReply) -> tuple[MicroOp, ...]:
         """The micro-ops as executed: reads filled in from the result."""
-        result = reply.result
-        assert result is not None
+        result = check_not_none(reply.result, "ok reply for %s without a result", reply.txn_id)
         out: list[MicroOp] = []
         reads: dict[str, object] = {}
         for mop in mops:
@@ -281,7 +280,8 @@ class _Workload:
                 out.append(mop)
             elif result.applied:
                 before, change = reads[mop.key], mop.value
-                assert isinstance(before, tuple) and isinstance(change, tuple)
+                if not (isinstance(before, tuple) and isinstance(change, tuple)):
+                    fail("bank put on %r: %r + %r are not (balance, tag)", mop.key, before, change)
                 out.append(MicroOp("put", mop.key, (before[0] + change[0], change[1])))
         return tuple(out)
 

@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from accord.local.commands import Bugs
+from accord.sim import Bugs
 from accord.sim.burn import BurnConfig, RunResult, run_seed
 from accord.sim.cluster import Faults
 

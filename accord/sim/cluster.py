@@ -23,13 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accord.api import ClientReply, Durable, HlcFloor, JournalRecord, Ready
+from accord.api import ClientReply, Clock, Ready
 from accord.local.command import CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
+from accord.sim import NO_BUGS, Bugs
+from accord.sim.journal import MemoryJournal
 from accord.sim.oracle import Oracle
 from accord.topology import Topology
 
@@ -96,6 +97,10 @@ class SimClock:
         return now + self.offset_micros + now * self.drift_ppm // 1_000_000
 
 
+# The simulator's host parts satisfy the accord.api Protocols (checked by mypy).
+_CLOCK: type[Clock] = SimClock
+
+
 class SimDataStore:
     """Last-write-wins by executeAt, like Cassandra with ``USING TIMESTAMP``; survives crashes."""
 
@@ -126,9 +131,7 @@ class NetworkStats:
 class _NodeSlot:
     node: Node | None
     clock: SimClock
-    journal: dict[TxnId, CommandSnapshot] = field(default_factory=dict)
-    hlc_floor: int = 0
-    durable: dict[TxnId, None] = field(default_factory=dict)
+    journal: MemoryJournal = field(default_factory=MemoryJournal)
     incarnation: int = 0
     data_busy_until: int = 0
     crashes: int = 0
@@ -236,11 +239,7 @@ class Cluster:
 
     def _start(self, node_id: int) -> None:
         slot = self.slots[node_id]
-        records: list[JournalRecord] = [
-            HlcFloor(slot.hlc_floor),
-            *slot.journal.values(),
-            Durable(tuple(slot.durable)),
-        ]
+        records = slot.journal.replay()
         node_rng = random.Random(self.seed * 1_000_003 + node_id * 7919 + slot.incarnation)
         slot.node = Node(
             node_id,
@@ -320,6 +319,7 @@ class Cluster:
             return
         ready = node.ready()
         self._persist(node_id, slot, ready)
+        node.advance(ready)
         if self._crash_mid_preaccept(node_id, ready):
             return
         for envelope in ready.messages:
@@ -333,7 +333,6 @@ class Cluster:
             start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
             slot.data_busy_until = start
             self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
-        node.advance(ready)
 
     def _crash_mid_preaccept(self, node_id: int, ready: Ready) -> bool:
         """Maybe crash ``node_id`` after it sent only some of the PreAccepts in ``ready``.
@@ -355,13 +354,9 @@ class Cluster:
         return True
 
     def _persist(self, node_id: int, slot: _NodeSlot, ready: Ready) -> None:
+        slot.journal.append(ready.persist)
         for record in ready.persist:
-            if isinstance(record, HlcFloor):
-                slot.hlc_floor = max(slot.hlc_floor, record.value)
-            elif isinstance(record, Durable):
-                slot.durable.update(dict.fromkeys(record.txn_ids))
-            else:
-                slot.journal[record.txn_id] = record
+            if isinstance(record, CommandSnapshot):
                 self.oracle.on_persist(node_id, record)
 
     def _data_done(self, node_id: int, incarnation: int, op: DataRead | DataWrite) -> None:
@@ -387,7 +382,7 @@ class Cluster:
                 command = slot.node.store.commands.get(txn_id)
                 status = None if command is None else command.status
             else:
-                snapshot = slot.journal.get(txn_id)
+                snapshot = slot.journal.snapshot(txn_id)
                 status = None if snapshot is None else snapshot.status
             if status is not Status.APPLIED:
                 return False

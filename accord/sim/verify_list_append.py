@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Hashable
 
+from accord.invariants import check_not_none
 from accord.sim.history import History, Operation
 from accord.sim.verify_graph import RW, WR, WW, DepGraph, report_cycles
 from accord.sim.verify_report import Collector, Verdict, base_stats
@@ -68,8 +69,7 @@ def _check_internal(op: Operation, out: Collector) -> None:
             state.setdefault(m.key, []).append(m.value)
             pending[m.key].discard(m.value)
             continue
-        obs = _as_list(m.value)
-        assert obs is not None  # shape was validated before
+        obs = check_not_none(_as_list(m.value), "read of %r is not a list", m.key)
         early = [v for v in obs if v in pending.get(m.key, ())]
         if early:
             out.add(
@@ -160,8 +160,7 @@ def check_list_append(history: History) -> Verdict:
         for m in op.mops:
             if m.kind != "r":
                 continue
-            obs = _as_list(m.value)
-            assert obs is not None
+            obs = check_not_none(_as_list(m.value), "read of %r is not a list", m.key)
             reads.append((op, m.key, obs))
             if len(set(obs)) != len(obs):
                 out.add(

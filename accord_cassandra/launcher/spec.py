@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from ipaddress import IPv4Address
 from typing import Any
 
+from accord_cassandra.errors import AccordCassandraError
+
 DEFAULT_VERSION = "5.0.6"
 # Measured (docs/cassandra-launch.md): 256 MiB ran the whole test suite repeatedly without
 # an OOM; the reference's 512 MiB only adds RSS.
@@ -39,7 +41,7 @@ LAUNCHER_KEYS = frozenset(
 )
 
 
-class LauncherError(RuntimeError):
+class LauncherError(AccordCassandraError, RuntimeError):
     """Anything the launcher cannot do; the message says what to fix."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from accord.invariants import fail
 from maelstrom.protocol import MAX_LINE_BYTES
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ class NodeProcess:
             cwd=cwd,
             bufsize=0,
         )
-        assert self.process.stdin is not None and self.process.stdout is not None
+        if self.process.stdin is None or self.process.stdout is None:
+            fail("%s started without pipes", name)
         self._reader = threading.Thread(
             target=self._read,
             args=(self.process.stdout, inbox),

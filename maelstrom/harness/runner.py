@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from accord.invariants import check_not_none
 from maelstrom.harness.generators import (
     Generator,
     Invocation,
@@ -491,8 +492,7 @@ class Runner:
     def _complete(
         self, worker: _Worker, kind: EventType, value: Any, error: tuple[str, str] | None
     ) -> None:
-        flight = worker.in_flight
-        assert flight is not None
+        flight = check_not_none(worker.in_flight, "completion without an operation in flight")
         worker.in_flight = None
         self._event(kind, flight.invocation.f, value, worker.process, error)
         if kind == "info":

@@ -8,11 +8,17 @@ Supported (Lightbend HOCON spec section numbers in brackets):
 * arrays, commas or newlines as separators, one trailing comma;
 * quoted strings with JSON escapes; unquoted strings; ``true``/``false``/``null``; numbers;
 * value concatenation of simple values on one line (``1 second`` -> ``"1 second"``);
-* ``#`` and ``//`` comments.
+* ``#`` and ``//`` comments;
+* substitutions [Substitutions]: ``${a.b}`` takes the value at that path of this file, else
+  the environment variable of that name (``${CASSANDRA_PASSWORD}``); ``${?NAME}`` is
+  optional: when neither exists the field is left as it was before (unset, or its earlier
+  value), an array element is dropped, and in a concatenation it is empty. A required one
+  that is missing, a cycle, or an object or array inside a string concatenation is an error
+  naming the substitution. Values from the environment are strings, as the spec says.
 
-Not supported, rejected with an error naming the line: ``include``, substitutions ``${...}``,
-``+=``, triple-quoted strings. Everything a DataStax file needs for this project fits in the
-subset; the missing features exist to compose files, which a single service file does not do.
+Not supported, rejected with an error naming the line: ``include``, ``+=``, triple-quoted
+strings, self-referential substitutions (``a = ${a}...``) and substitutions in keys. The
+missing features exist to compose files, which a single service file does not do.
 
 The result is plain ``dict``/``list``/``str``/``int``/``float``/``bool``/``None``; typing and
 defaults are the caller's business (:mod:`stacksaga_store.config.driver`).
@@ -21,7 +27,9 @@ defaults are the caller's business (:mod:`stacksaga_store.config.driver`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
@@ -56,6 +64,7 @@ class _Kind(Enum):
     SPACE = auto()
     QUOTED = auto()
     UNQUOTED = auto()
+    SUBSTITUTION = auto()  # ${path} or ${?path}; text is the path
     EOF = auto()
 
 
@@ -65,6 +74,34 @@ class _Token:
     text: str
     line: int
     column: int
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Reference:
+    """One ``${path}`` / ``${?path}``, resolved after the whole file is parsed."""
+
+    path: tuple[str, ...]
+    optional: bool
+    line: int
+    column: int
+
+    @property
+    def spelled(self) -> str:
+        return "${" + ("?" if self.optional else "") + ".".join(self.path) + "}"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A value that holds substitutions: ``parts`` concatenated once they are resolved.
+
+    ``previous`` is what the field held before this assignment, kept for an optional
+    substitution that turns out to be undefined (the spec leaves the field as it was).
+    """
+
+    parts: list[str | _Reference]
+    previous: Any = field(default=None)
+    has_previous: bool = False
 
 
 _PUNCTUATION = {
@@ -125,8 +162,30 @@ class _Lexer:
         if char == '"':
             return self._quoted(line, column)
         if char == "$" and text.startswith("${", start):
-            raise self.error("substitutions ${...} are not supported by this HOCON subset")
+            return self._substitution(line, column)
         return self._unquoted(line, column)
+
+    def _substitution(self, line: int, column: int) -> _Token:
+        text, start = self.text, self.position + 2
+        optional = text.startswith("?", start)
+        if optional:
+            start += 1
+        end = text.find("}", start)
+        newline = text.find("\n", start)
+        if end < 0 or 0 <= newline < end:
+            raise self.error("unterminated substitution: '${' without '}' on its line")
+        path = text[start:end].strip()
+        segments = path.split(".")
+        if not path or any(
+            not segment or any(c in _FORBIDDEN_UNQUOTED or c.isspace() for c in segment)
+            for segment in segments
+        ):
+            raise self.error(
+                f"bad substitution ${{{text[self.position + 2 : end]}}}: expected a dotted path"
+                " of unquoted names"
+            )
+        self.position = end + 1
+        return _Token(_Kind.SUBSTITUTION, path, line, column, optional)
 
     def _quoted(self, line: int, column: int) -> _Token:
         text, start = self.text, self.position
@@ -258,6 +317,8 @@ class _Parser:
         first = self.peek()
         if first.kind is _Kind.UNQUOTED and first.text == "include":
             raise self.error(first, "include is not supported by this HOCON subset")
+        if first.kind is _Kind.SUBSTITUTION:
+            raise self.error(first, "substitutions in keys are not supported")
         segments: list[str] = [""]
         saw_text = False
         while self.peek().kind in (_Kind.UNQUOTED, _Kind.QUOTED, _Kind.SPACE):
@@ -283,18 +344,28 @@ class _Parser:
             return self.braced_object()
         if token.kind is _Kind.LBRACKET:
             return self.array()
-        if token.kind in (_Kind.QUOTED, _Kind.UNQUOTED):
+        if token.kind in (_Kind.QUOTED, _Kind.UNQUOTED, _Kind.SUBSTITUTION):
             return self.simple_value()
         raise self.error(token, f"expected a value, found {token.text.strip() or token.kind.name}")
 
     def simple_value(self) -> Any:
         parts: list[_Token] = []
-        while self.peek().kind in (_Kind.QUOTED, _Kind.UNQUOTED, _Kind.SPACE):
+        kinds = (_Kind.QUOTED, _Kind.UNQUOTED, _Kind.SPACE, _Kind.SUBSTITUTION)
+        while self.peek().kind in kinds:
             parts.append(self.take())
         while parts and parts[-1].kind is _Kind.SPACE:
             parts.pop()
         if len(parts) == 1 and parts[0].kind is _Kind.UNQUOTED:
             return _literal(parts[0].text)
+        if any(part.kind is _Kind.SUBSTITUTION for part in parts):
+            return _Pending(
+                [
+                    _Reference(tuple(p.text.split(".")), p.optional, p.line, p.column)
+                    if p.kind is _Kind.SUBSTITUTION
+                    else p.text
+                    for p in parts
+                ]
+            )
         return "".join(part.text for part in parts)
 
     def array(self) -> list[Any]:
@@ -347,6 +418,8 @@ def _assign(target: dict[str, Any], path: list[str], value: Any) -> None:
     if isinstance(value, dict) and isinstance(target.get(last), dict):
         _merge(target[last], value)
     else:
+        if isinstance(value, _Pending) and last in target:
+            value.previous, value.has_previous = target[last], True
         target[last] = value
 
 
@@ -358,9 +431,124 @@ def _merge(target: dict[str, Any], update: dict[str, Any]) -> None:
             target[key] = value
 
 
-def parse_hocon(text: str, origin: str = "<hocon>") -> dict[str, Any]:
-    """Parse HOCON text into nested dicts; ``origin`` names the file in error messages."""
+_UNDEFINED = object()
+
+
+class _Resolver:
+    """Replaces every :class:`_Pending` in the parsed tree by its value (spec: substitutions
+    are resolved against the whole merged file, then the environment)."""
+
+    def __init__(self, root: dict[str, Any], env: Mapping[str, str], origin: str) -> None:
+        self.root = root
+        self.env = env
+        self.origin = origin
+        self.resolving: list[tuple[str, ...]] = []
+
+    def error(self, reference: _Reference, message: str) -> HoconError:
+        return HoconError(self.origin, reference.line, reference.column, message)
+
+    def tree(self, node: dict[str, Any], path: tuple[str, ...]) -> None:
+        for key in list(node):
+            if key not in node:
+                continue
+            value = self.value(node[key], (*path, key))
+            if value is _UNDEFINED:
+                del node[key]
+            else:
+                node[key] = value
+
+    def value(self, value: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(value, dict):
+            self.tree(value, path)
+            return value
+        if isinstance(value, list):
+            items = [self.value(item, (*path, str(i))) for i, item in enumerate(value)]
+            return [item for item in items if item is not _UNDEFINED]
+        if isinstance(value, _Pending):
+            return self.pending(value, path)
+        return value
+
+    def pending(self, pending: _Pending, path: tuple[str, ...]) -> Any:
+        references = [part for part in pending.parts if isinstance(part, _Reference)]
+        if path in self.resolving:
+            raise self.error(references[0], f"{references[0].spelled} is part of a cycle")
+        self.resolving.append(path)
+        try:
+            resolved = [
+                self.lookup(part, path) if isinstance(part, _Reference) else part
+                for part in pending.parts
+            ]
+        finally:
+            self.resolving.pop()
+        if len(resolved) == 1:
+            if resolved[0] is not _UNDEFINED:
+                return resolved[0]
+            if pending.has_previous:
+                return self.value(pending.previous, path)
+            return _UNDEFINED
+        text: list[str] = []
+        for part, original in zip(resolved, pending.parts, strict=True):
+            if part is _UNDEFINED:
+                continue
+            if isinstance(part, dict | list):
+                spelled = original.spelled if isinstance(original, _Reference) else "?"
+                raise self.error(
+                    references[0],
+                    f"{spelled} is an object or array and cannot be joined into a string",
+                )
+            text.append(_as_text(part))
+        return "".join(text)
+
+    def lookup(self, reference: _Reference, within: tuple[str, ...]) -> Any:
+        if reference.path == within[: len(reference.path)]:
+            raise self.error(
+                reference, f"{reference.spelled} refers to itself, which is not supported"
+            )
+        node: Any = self.root
+        for index, segment in enumerate(reference.path):
+            if not isinstance(node, dict) or segment not in node:
+                node = _UNDEFINED
+                break
+            child = node[segment]
+            if isinstance(child, _Pending):
+                child = self.pending(child, reference.path[: index + 1])
+                if child is _UNDEFINED:
+                    del node[segment]
+                else:
+                    node[segment] = child
+            node = child
+        if node is not _UNDEFINED:
+            return self.value(node, reference.path)
+        name = ".".join(reference.path)
+        if name in self.env:
+            return self.env[name]
+        if reference.optional:
+            return _UNDEFINED
+        raise self.error(
+            reference,
+            f"{reference.spelled} is not set: no {name!r} in this file and no environment "
+            f"variable {name} (write ${{?{name}}} to leave the property out when it is unset)",
+        )
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_hocon(
+    text: str, origin: str = "<hocon>", env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Parse HOCON text into nested dicts; ``origin`` names the file in error messages.
+
+    Substitutions that name no path of the file read ``env`` (default: ``os.environ``).
+    """
     if len(text) > TEXT_LENGTH_MAX:
         raise HoconError(origin, 1, 1, f"longer than {TEXT_LENGTH_MAX} characters")
     lexer = _Lexer(text, origin)
-    return _Parser(lexer.tokens(), lexer).root()
+    root = _Parser(lexer.tokens(), lexer).root()
+    _Resolver(root, os.environ if env is None else env, origin).tree(root, ())
+    return root

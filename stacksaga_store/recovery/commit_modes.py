@@ -78,7 +78,12 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from stacksaga_store.config.settings import CommitModeName
-from stacksaga_store.errors import StackSagaError, check_state
+from stacksaga_store.errors import (
+    InvariantViolation,
+    StackSagaError,
+    check_not_none,
+    check_state,
+)
 from stacksaga_store.recovery.directory import BucketRef, Directory, DirectoryScope
 from stacksaga_store.recovery.windows import WindowMath
 from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind
@@ -425,10 +430,9 @@ class AccordCommit:
         check_state(
             outcome.rows.get("head") is not None, f"bucket counter of {path} was not prepared"
         )
-        check_state(current is not None, f"arm of {key} refused without a ledger row")
+        current = check_not_none(current, f"arm of {key} refused without a ledger row")
         # Re-armed while an older watchdog is still live (an admin restore of a transaction
         # whose watchdog was never released): move it, so one watchdog remains.
-        assert current is not None
         await self.move(key, current, path)
 
     async def release(self, key: TransactionKey, path: RestorePath) -> None:
@@ -547,8 +551,8 @@ def _ledger_path(row: dict[str, object] | None) -> RestorePath | None:
     if row is None or row.get("restore_bucket") is None:
         return None
     window, bucket = row["restore_window"], row["restore_bucket"]
-    check_state(isinstance(window, int) and isinstance(bucket, int), "ledger ints")
-    assert isinstance(window, int) and isinstance(bucket, int)
+    if not (isinstance(window, int) and isinstance(bucket, int)):
+        raise InvariantViolation(f"ledger restore path is not two ints: {window!r}, {bucket!r}")
     return RestorePath(
         date_of_year=str(row["restore_date"]),
         window=window,

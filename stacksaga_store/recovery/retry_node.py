@@ -137,12 +137,14 @@ class SagaDispatcher:
         if liveness is WatchdogLiveness.GONE:
             return DispatchOutcome.GONE
         record = await self.events.read_record(key)
-        status = None if record is None else record.running_status
-        if status is None or status in FINAL_STATUSES or status in PARKED_STATUSES:
+        if (
+            record is None
+            or record.running_status in FINAL_STATUSES
+            or record.running_status in PARKED_STATUSES
+        ):
             # Seed: a finished transaction's watchdog whose delete failed. Delete, never re-run.
             await self.commit.release(key, path)
             return DispatchOutcome.RELEASED
-        assert record is not None
         if liveness is WatchdogLiveness.UNKNOWN and record.restore_path not in (None, path):
             # Ordered mode: an earlier pickup re-armed the watchdog elsewhere; this row is the
             # old one, left for its bucket's drop.

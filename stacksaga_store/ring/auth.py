@@ -37,7 +37,7 @@ import grpc
 
 from accord_cassandra.peerauth import is_loopback
 from stacksaga_store.config.settings import CoordinatorProperties
-from stacksaga_store.errors import ConfigError
+from stacksaga_store.errors import ConfigError, StackSagaError
 
 __all__ = [
     "AUTH_METADATA",
@@ -62,7 +62,9 @@ _KEY_DOMAIN = b"stacksaga ring node key v1\x00"
 _MAC_DOMAIN = b"stacksaga ring call v1\x00"
 
 
-class RingRefused(Exception):
+class RingRefused(StackSagaError):
+    """A ring-coordinator call refused before it touches state; ``code`` is the gRPC status."""
+
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:
         super().__init__(reason)
         self.code = code

@@ -49,7 +49,12 @@ from google.protobuf.message import DecodeError
 
 from accord_cassandra.ports import bind_retrying
 from stacksaga_store.config.settings import StackSagaSettings
-from stacksaga_store.errors import StackSagaError, check_state
+from stacksaga_store.errors import (
+    InvariantViolation,
+    StackSagaError,
+    check_not_none,
+    check_state,
+)
 from stacksaga_store.ring.auth import (
     NODE_ID_MAX_BYTES,
     SERVICE_NAME_MAX_BYTES,
@@ -404,7 +409,7 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed NodeMessage: {error}")
         if first is None or first.WhichOneof("kind") != "hello":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a session starts with Hello")
-        assert first is not None
+        first = check_not_none(first, "a session starts with Hello")
         hello = first.hello
         if not hello.node_id or not hello.service_name:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Hello needs node and service")
@@ -521,7 +526,8 @@ class RingCoordinator(ring_pb2_grpc.RingCoordinatorServicer):
                 )
                 message = pb.CoordinatorMessage(sequence=out.sequence, grant=pb.Grant(lease=lease))
             else:
-                assert isinstance(out, Revoke)
+                if not isinstance(out, Revoke):
+                    raise InvariantViolation(f"the ring sends no {type(out).__name__}")
                 revoke = pb.Revoke(epoch=out.epoch, reason=out.reason)
                 message = pb.CoordinatorMessage(sequence=out.sequence, revoke=revoke)
             self._offer(session, message)

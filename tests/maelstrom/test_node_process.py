@@ -79,9 +79,11 @@ def _init(node: NodeUnderTest) -> float:
     return time.monotonic() - began
 
 
-def test_init_ok_well_within_ten_seconds(node: NodeUnderTest) -> None:
-    # Measured from process start would include the interpreter; even so it is < 1 s.
-    assert _init(node) < 2.0
+def test_init_ok_within_maelstroms_ten_seconds(node: NodeUnderTest) -> None:
+    # Maelstrom fails a node that has not answered init within 10 s: that is the contract
+    # asserted. (About 0.1 s on a quiet machine; the old 2 s bound failed at 3.0 s when
+    # several suites shared the two cores.)
+    assert _init(node) < 10.0
 
 
 def test_single_node_serves_every_workload_and_exits_on_eof(node: NodeUnderTest) -> None:

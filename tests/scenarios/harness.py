@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from accord import Node, NodeConfig, ring_topology
 from accord.api import ClientReply, HlcFloor, JournalRecord
 from accord.local.command import CommandSnapshot
-from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Envelope, Message
 from accord.primitives import Key, Timestamp, TxnId, Value
+from accord.sim import NO_BUGS, Bugs
 from accord.topology import Topology
 from tests.clocks import ManualClock
 
@@ -71,10 +71,10 @@ class Net:
         while node.has_ready():
             ready = node.ready()
             self.journals[node_id].extend(ready.persist)
+            node.advance(ready)
             self.inflight.extend(ready.messages)
             self.replies.extend(ready.replies)
-            # Data work finishes after advance(): what it sends belongs to the next round.
-            node.advance(ready)
+            # What the data work below sends belongs to the next batch.
             for read in ready.reads:
                 cells = self.data[node_id]
                 node.read_done(

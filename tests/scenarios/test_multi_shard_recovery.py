@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pytest
 
-from accord.local.commands import Bugs
 from accord.messages import (
     Accept,
     AcceptInvalidate,
@@ -43,6 +42,7 @@ from accord.primitives import (
     Update,
     sim_key,
 )
+from accord.sim import Bugs
 from accord.topology import Shard, Topology
 from tests.scenarios.harness import Net, of_type
 

@@ -5,7 +5,6 @@ References: accord.md §5 (recovery), §10 pitfalls 2, 4, 7, 8, 9.
 
 from __future__ import annotations
 
-from accord.local.commands import Bugs
 from accord.messages import (
     Accept,
     AcceptOk,
@@ -29,6 +28,7 @@ from accord.primitives import (
     Update,
     sim_key,
 )
+from accord.sim import Bugs
 from tests.scenarios.harness import Net, of_type
 
 A, B = sim_key("a"), sim_key("b")

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from accord.local.commands import Bugs
+from accord.sim import Bugs
 from accord.sim.burn import BurnConfig, RunResult, run_seed
 from accord.sim.cluster import Faults
 

@@ -15,7 +15,7 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
-from multiprocessing.synchronize import Barrier
+from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +56,20 @@ def read_lines(path: str) -> list[str]:
 
 
 def counting_saga(
-    domain: str, log_path: str, *, hang: bool = False, hold_seconds: float = 0.0
+    domain: str,
+    log_path: str,
+    *,
+    hang: bool = False,
+    hold_seconds: float = 0.0,
+    started: Event | None = None,
 ) -> Saga:
-    """reserve (counted; optionally slow, or hanging after starting) then notify."""
+    """reserve (counted; optionally slow, or hanging after starting) then notify.
+    ``started`` is set once the step runs, i.e. once this worker holds its lease."""
 
     async def reserve(ctx: StepContext) -> dict[str, Any]:
         append_line(log_path, f"start {os.getpid()}")
+        if started is not None:
+            started.set()
         await asyncio.sleep(hold_seconds)
         if hang:
             # Holds the lease until the test SIGKILLs this process.
@@ -80,7 +88,7 @@ def counting_saga(
     )
 
 
-async def _deliver(job: Job, barrier: Barrier | None) -> str:
+async def _deliver(job: Job, barrier: Barrier | None, started: Event | None) -> str:
     runtime = await open_runtime(
         load_settings(**job.overrides), driver_config=parse_driver_config(job.driver_text)
     )
@@ -88,7 +96,11 @@ async def _deliver(job: Job, barrier: Barrier | None) -> str:
         orchestrator = runtime.orchestrator(
             sagas=[
                 counting_saga(
-                    job.domain, job.log_path, hang=job.hang, hold_seconds=job.hold_seconds
+                    job.domain,
+                    job.log_path,
+                    hang=job.hang,
+                    hold_seconds=job.hold_seconds,
+                    started=started,
                 )
             ]
         )
@@ -101,10 +113,12 @@ async def _deliver(job: Job, barrier: Barrier | None) -> str:
         await runtime.close()
 
 
-def deliver_worker(job: Job, barrier: Barrier | None, results: Any) -> None:
+def deliver_worker(
+    job: Job, barrier: Barrier | None, results: Any, started: Event | None = None
+) -> None:
     """Process target: deliver the counted step once; report (pid, outcome or error)."""
     try:
-        results.put((os.getpid(), asyncio.run(_deliver(job, barrier))))
+        results.put((os.getpid(), asyncio.run(_deliver(job, barrier, started))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
         results.put((os.getpid(), "ERROR " + traceback.format_exc()))
 

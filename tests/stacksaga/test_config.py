@@ -368,7 +368,13 @@ def test_hocon_subset() -> None:
 @pytest.mark.parametrize(
     ("text", "position", "fragment"),
     [
-        ("a = ${b}", "1:5", "substitutions"),
+        ("a = ${b}", "1:5", "${b} is not set"),
+        ("a = ${b", "1:5", "unterminated substitution"),
+        ("a = ${b c}", "1:5", "bad substitution"),
+        ("${a} = 1", "1:1", "substitutions in keys"),
+        ("a = ${a}x", "1:5", "refers to itself"),
+        ("a = ${b}\nb = ${a}", "1:5", "cycle"),
+        ("a { x = 1 }\nb = q${a}", "2:6", "cannot be joined"),
         ('include "other.conf"', "1:1", "include"),
         ("a = [1, 2", "1:5", "never closed"),
         ("a {\n b = 1\n", "1:3", "never closed"),
@@ -384,3 +390,71 @@ def test_hocon_errors_name_line_and_column(text: str, position: str, fragment: s
     name, message = caught.value.problems[0]
     assert name == f"app.conf:{position}"
     assert fragment in message
+
+
+def test_hocon_substitutions_read_the_file_then_the_environment() -> None:
+    env = {"CASSANDRA_PASSWORD": "s3cret", "PORT": "9042", "HOST": "db1"}
+    parsed = parse_hocon(
+        """
+        defaults { user = cassandra }
+        auth {
+          username = ${defaults.user}
+          password = ${?CASSANDRA_PASSWORD}
+          port = ${PORT}
+        }
+        url = "cql://"${HOST}":"${PORT}/ks
+        copy = ${defaults}
+        hosts = [${HOST}, ${?OTHER_HOST}, h3]
+        """,
+        env=env,
+    )
+    assert parsed["auth"] == {"username": "cassandra", "password": "s3cret", "port": "9042"}
+    assert parsed["url"] == "cql://db1:9042/ks"
+    assert parsed["copy"] == {"user": "cassandra"}
+    assert parsed["hosts"] == ["db1", "h3"]
+
+
+def test_an_unset_optional_substitution_leaves_the_field_as_it_was() -> None:
+    parsed = parse_hocon(
+        """
+        a { password = ${?CASSANDRA_PASSWORD} }
+        b { password = fallback
+            password = ${?CASSANDRA_PASSWORD} }
+        c = "x"${?UNSET}"y"
+        """,
+        env={},
+    )
+    assert parsed == {"a": {}, "b": {"password": "fallback"}, "c": "xy"}
+
+
+def test_a_required_substitution_that_is_unset_names_the_variable() -> None:
+    with pytest.raises(HoconError) as caught:
+        parse_hocon("a {\n  password = ${CASSANDRA_PASSWORD}\n}", "app.conf", env={})
+    name, message = caught.value.problems[0]
+    assert name == "app.conf:2:14"
+    assert "CASSANDRA_PASSWORD" in message and "not set" in message
+
+
+def test_environment_values_stay_strings() -> None:
+    # A numeric-looking secret must reach the driver as text, exactly as set.
+    assert parse_hocon("p = ${P}", env={"P": "007"}) == {"p": "007"}
+
+
+def test_driver_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = """
+    datastax-java-driver {
+      basic.contact-points = ["127.0.0.1:9042"]
+      basic.load-balancing-policy.local-datacenter = datacenter1
+      advanced.auth-provider {
+        class = PlainTextAuthProvider
+        username = cassandra
+        password = ${?CASSANDRA_PASSWORD}
+      }
+    }
+    """
+    monkeypatch.setenv("CASSANDRA_PASSWORD", "from-env")
+    credentials = parse_driver_config(text, "app.conf").credentials
+    assert credentials is not None and credentials.password == "from-env"
+    monkeypatch.delenv("CASSANDRA_PASSWORD")
+    with pytest.raises(ConfigError, match="username and password"):
+        parse_driver_config(text, "app.conf")

@@ -169,14 +169,14 @@ def test_sigkilled_strict_holder_is_taken_over_after_the_lease_ttl(
     )
     context = worker_context()
     results = context.Queue()
-    holder = context.Process(target=deliver_worker, args=(holder_job, None, results))
+    holder_started = context.Event()
+    holder = context.Process(
+        target=deliver_worker, args=(holder_job, None, results, holder_started)
+    )
     holder.start()
-    # The holder appends "start" only after it acquired the lease.
-    deadline = time.monotonic() + PROCESS_JOIN_SECONDS
-    while not started(log):
-        assert holder.is_alive(), "the holder exited before it took the lease"
-        assert time.monotonic() < deadline, "the holder never started the step"
-        time.sleep(0.05)
+    # The holder's step runs only after it acquired the lease.
+    _wait_for_start(holder, holder_started, results)
+    assert started(log), "the step signalled its start before logging it"
     assert holder.pid is not None
     os.kill(holder.pid, signal.SIGKILL)
     holder.join(PROCESS_JOIN_SECONDS)
@@ -190,6 +190,16 @@ def test_sigkilled_strict_holder_is_taken_over_after_the_lease_ttl(
     assert finished(log) == [f"done {os.getpid()}"]
     view = run(_read(open_store, transaction_id, log))
     assert [(t.executor, t.status) for t in view.tryouts] == [(COUNTED_STEP, TryoutStatus.SUCCESS)]
+
+
+def _wait_for_start(holder: Any, event: Any, results: Any) -> None:
+    """Wait until the holder's step started (the event wakes us at once); give up when the
+    holder exited first, with what it reported, or after PROCESS_JOIN_SECONDS."""
+    deadline = time.monotonic() + PROCESS_JOIN_SECONDS
+    while not event.wait(timeout=1.0):
+        if not holder.is_alive() or time.monotonic() > deadline:
+            report = None if results.empty() else results.get_nowait()
+            raise AssertionError(f"the holder never started the step; it reported {report!r}")
 
 
 async def _deliver_and_count_waits(
