@@ -44,14 +44,18 @@ datastax-java-driver {{
 
 
 def settings_overrides(
-    service: str, *, default_mode: str = "RELAXED_WITH_DEDUP", **cassandra: Any
+    service: str,
+    *,
+    default_mode: str = "RELAXED_WITH_DEDUP",
+    strict_lease: str = "2s",
+    **cassandra: Any,
 ) -> dict[str, Any]:
     """Overrides for load_settings, picklable so worker processes can rebuild the settings."""
     protection = {
         "default-mode": default_mode,
         "default-lease-duration": "2s",
         "domains": {
-            "payment-saga": {"mode": "STRICT", "lease-duration": "2s"},
+            "payment-saga": {"mode": "STRICT", "lease-duration": strict_lease},
             "notification-saga": {"mode": "RELAXED_WITH_DEDUP"},
         },
     }
