@@ -27,7 +27,8 @@ QUIET_DEADLINE_SECONDS = 150.0
 # Three sidecar processes after a burst of 300: RSS is ~80-150 MB each when healthy; the
 # unbounded code grew ~5 MB/s per node. Checked per process.
 RSS_BOUND_BYTES = 600 * 2**20
-# Every answer a client can get. CANCELLED (what overflow used to return) is not among them.
+# Every answer a client can get: definite, or the documented unknowns (docs/sidecars.md,
+# "Client errors"). CANCELLED (what overflow used to return) is not among them.
 DEFINITE_OR_DOCUMENTED = {"ABORTED", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "UNAVAILABLE"}
 
 
