@@ -265,8 +265,9 @@ class AccordGateway:
 
     A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED), or that was
     refused for load (RESOURCE_EXHAUSTED) or never sent (NOT_SENT: the sidecar refused the
-    connection), is sent again, to the next sidecar: every transaction this module builds is conditional, so a second
-    copy of one that did commit is refused by its own condition and changes nothing.
+    connection), is sent again, to the next sidecar: every transaction this module builds
+    is conditional, so a second copy of one that did commit is refused by its own
+    condition and changes nothing.
     """
 
     def __init__(
