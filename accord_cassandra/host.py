@@ -63,8 +63,12 @@ MAX_UNDECIDED_COST_PER_PEER = 20_000
 # refused. Both refusals are RESOURCE_EXHAUSTED: definite, nothing was submitted.
 MAX_IN_FLIGHT_PER_KEY = 8
 MAX_WAITING = 2_000
-# How long before its timeout a transaction must get its slot to be submitted at all.
-EXECUTION_RESERVE_SECONDS = 2.0
+# How long before its timeout a transaction must get its slot to be submitted at all:
+# twice the recent time from slot to answer (a moving average), within these bounds and
+# at most half the timeout. A fixed 2 s refused 85 of a 300 burst that, given 1 s more,
+# all finished; under a heavier burst answers slow down and the reserve grows with them.
+RESERVE_SECONDS_MIN = 0.25
+RESERVE_SECONDS_MAX = 5.0
 # Waiters per key, per slot: a key's waiters beyond this are refused at once. A key
 # finishes a few dozen transactions per second at best, so more could not be reached
 # before a client deadline anyway; each would only have cost a decode and a timer, and
@@ -259,6 +263,8 @@ class SidecarHost:
         self._undecided: dict[int, dict[Timestamp, int]] = {}
         self._undecided_cost: dict[int, int] = {}
         self.admission = admission or Admission()
+        # Moving average of the time from a slot granted to the node's answer.
+        self._slot_seconds = RESERVE_SECONDS_MIN
         self._wake = asyncio.Event()
         self._clients: dict[int, tuple[asyncio.Future[ClientReply], float]] = {}
         self._request_ids = itertools.count(1)
@@ -391,7 +397,10 @@ class SidecarHost:
         # A transaction admitted with almost no time left would time out in the protocol:
         # an unknown outcome for its client and a recovery for the replicas, where a
         # refusal now is definite and free. So the wait for a slot ends this much early.
-        reserve = min(EXECUTION_RESERVE_SECONDS, timeout / 2)
+        reserve = min(
+            timeout / 2,
+            max(RESERVE_SECONDS_MIN, min(RESERVE_SECONDS_MAX, 2 * self._slot_seconds)),
+        )
         try:
             await self.admission.enter(keys, timeout - reserve)
         except Overloaded:
@@ -408,15 +417,22 @@ class SidecarHost:
         # in the protocol, and freeing its slot let a burst put ever more transactions on
         # a key than the bound says (at 10,500 concurrent, thousands were left undecided
         # and recovered one by one for minutes after the burst).
-        future.add_done_callback(lambda done: self._finished(request_id, keys, done))
+        granted = time.perf_counter()
+        future.add_done_callback(lambda done: self._finished(request_id, keys, done, granted))
         self.node.submit(request_id, txn)
         self._wake.set()
         remaining = max(0.0, timeout - (time.perf_counter() - started))
         return await asyncio.wait_for(asyncio.shield(future), remaining)
 
     def _finished(
-        self, request_id: int, keys: tuple[Key, ...], done: asyncio.Future[ClientReply]
+        self,
+        request_id: int,
+        keys: tuple[Key, ...],
+        done: asyncio.Future[ClientReply],
+        granted: float,
     ) -> None:
+        held = time.perf_counter() - granted
+        self._slot_seconds += (held - self._slot_seconds) / 8
         if not done.cancelled():
             done.exception()  # retrieved: its caller may be gone (shutdown sets one)
         self._clients.pop(request_id, None)
