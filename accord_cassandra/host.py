@@ -419,7 +419,11 @@ class SidecarHost:
         # and recovered one by one for minutes after the burst).
         granted = time.perf_counter()
         future.add_done_callback(lambda done: self._finished(request_id, keys, done, granted))
-        self.node.submit(request_id, txn)
+        try:
+            self.node.submit(request_id, txn)
+        except BaseException:
+            future.cancel()  # no answer will come: its callback gives the slot back
+            raise
         self._wake.set()
         remaining = max(0.0, timeout - (time.perf_counter() - started))
         return await asyncio.wait_for(asyncio.shield(future), remaining)

@@ -133,3 +133,28 @@ def test_a_key_refuses_waiters_beyond_its_bound_at_once() -> None:
         assert admission.in_flight == {} and admission.waiting == 0
 
     asyncio.run(scenario())
+
+
+def test_a_submission_the_node_refuses_gives_its_slot_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        host = SidecarHost(
+            1,
+            ring_topology([1], 1, shards_per_node=1),
+            FileJournal(tmp_path, fsync=False),
+            MemoryDataStore(),
+            send=lambda envelope: None,
+        )
+
+        def refuse(request_id: int, txn: Txn) -> None:
+            raise ValueError("refused by the node")
+
+        host.node.submit = refuse  # type: ignore[method-assign,assignment]
+        host.start()
+        txn = Txn(reads=(), update=Update((Put(sim_key("k"), Const(1)),)))
+        with pytest.raises(ValueError, match="refused by the node"):
+            await host.submit(txn, timeout=1)
+        await asyncio.sleep(0)  # the done callback
+        assert host.admission.in_flight == {} and host.pending_clients() == 0
+        await host.stop()
+
+    asyncio.run(scenario())

@@ -149,3 +149,10 @@ def test_read_only_results_say_so() -> None:
         return read.read_only, write.read_only
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_closed_sync_client_raises_not_sent() -> None:
+    client = Client(f"127.0.0.1:{_closed_port()}", timeout=5)
+    client.close()
+    with pytest.raises(NotSent):
+        client.transact(_write())
