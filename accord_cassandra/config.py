@@ -172,7 +172,9 @@ class AdmissionSettings(BaseModel):
     # Client transactions in the protocol at once per key, on this sidecar.
     per_key: int = Field(default=MAX_IN_FLIGHT_PER_KEY, ge=1, le=1024)
     # Transactions that may wait for a slot on one key; beyond it they are refused at once.
-    waiting_per_key: int = Field(default=WAITING_PER_SLOT * MAX_IN_FLIGHT_PER_KEY, ge=0)
+    waiting_per_key: int = Field(
+        default=WAITING_PER_SLOT * MAX_IN_FLIGHT_PER_KEY, ge=0, le=MAX_PENDING_CLIENTS
+    )
     # Transactions that may wait for a slot on this sidecar, over all keys.
     max_waiting: int = Field(default=MAX_WAITING, ge=0, le=MAX_PENDING_CLIENTS)
 
