@@ -97,8 +97,10 @@ DEADLINE_MARGIN_SECONDS = 0.5
 # interpret, though none had reached the sidecar (tests/sidecar/test_pending.py). Above
 # MAX_PENDING_CLIENTS a sidecar refuses transactions itself, definitely, once it reads them;
 # until the loop reaches a request, its deadline bounds how long it waits (then
-# DEADLINE_EXCEEDED). The bound below keeps the core's own refusal out of reach of any
-# client below it, and memory bounded (a pending request is its bytes and a call record).
+# DEADLINE_EXCEEDED). The bound below is four times what a sidecar ever admits, so the
+# core refuses (CANCELLED) only a flood of 40,000 unread requests, and it keeps memory
+# bounded (a pending request is its bytes and a call record: 10,500 at once peaked at
+# 109-126 MiB per sidecar). Soft limit = hard limit: no random refusals below it.
 MAX_PENDING_REQUESTS = 4 * MAX_PENDING_CLIENTS
 SERVER_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
