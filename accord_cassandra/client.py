@@ -11,13 +11,21 @@ Build a transaction declaratively, then run it on any sidecar::
     result = Client("127.0.0.1:50051", token="...").transact(t)
     result.applied, result.rows["src"]["balance"]
 
-Errors: :class:`TransactionError` with ``code`` (a gRPC status name) and ``definite``:
-INVALID_ARGUMENT/UNAUTHENTICATED/ABORTED are definite (nothing was or will be applied);
-DEADLINE_EXCEEDED/UNAVAILABLE are not (the transaction may still commit).
+Errors: every failure is a :class:`TransactionError` with ``code`` (a gRPC status name, or
+``NOT_SENT``/``CLIENT``) and ``definite``. Definite: nothing was or will be applied, and
+retrying is safe (INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED, FAILED_PRECONDITION,
+ABORTED, RESOURCE_EXHAUSTED, and :class:`NotSent`: the request never left this process).
+Not definite: the transaction may still commit (DEADLINE_EXCEEDED, UNAVAILABLE, CANCELLED,
+anything else; :class:`ClientFailure` after sending); read it back before retrying a
+non-idempotent one. The table in docs/sidecars.md ("Client errors") is the contract.
+
+``Result.applied`` is whether the transaction's conditions held (always true without
+conditions), so its writes were applied; ``Result.read_only`` says it had none to apply.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,18 +38,55 @@ from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import client_pb2_grpc
 
 DEFINITE_CODES = frozenset(
-    {"INVALID_ARGUMENT", "UNAUTHENTICATED", "ABORTED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION"}
+    {
+        "INVALID_ARGUMENT",
+        "UNAUTHENTICATED",
+        "PERMISSION_DENIED",
+        "ABORTED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "NOT_SENT",
+    }
 )
+# What gRPC says when a call failed before any connection took it (nothing was sent):
+# every address refused or could not be resolved. A connection lost after the request went
+# out says something else ("Socket closed", "Connection reset") and stays unknown.
+_NEVER_CONNECTED = ("failed to connect to all addresses", "errors resolving", "DNS resolution")
 
 
 class TransactionError(AccordCassandraError, RuntimeError):
-    """A transaction failed or its outcome is unknown; ``code`` is the gRPC status name."""
+    """A transaction that did not return a result; ``definite`` when it did not and will
+    not apply (safe to retry), else its outcome is unknown. ``code`` is the gRPC status name."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.definite = code in DEFINITE_CODES
+
+
+class NotSent(TransactionError):
+    """The request never reached a sidecar (connection refused, name not resolved, channel
+    closed): definite, safe to retry elsewhere."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("NOT_SENT", message)
+
+
+class ClientFailure(TransactionError):
+    """This process failed in the middle of the call (not a gRPC status): the request may
+    have been sent, so the outcome is unknown. The original exception is ``__cause__``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("CLIENT", message)
+
+
+def _from_rpc_error(code: grpc.StatusCode | None, details: str | None) -> TransactionError:
+    name = code.name if code is not None else "UNKNOWN"
+    text = details or ""
+    if name == "UNAVAILABLE" and any(m in text for m in _NEVER_CONNECTED):
+        return NotSent(text)
+    return TransactionError(name, text)
 
 
 def _expr(value: object) -> pb.Expr:
@@ -145,19 +190,33 @@ class Transaction:
 
 @dataclass(frozen=True)
 class Result:
+    """``applied``: the conditions held (true when there are none) and the writes, if any,
+    were applied; ``read_only``: the transaction had no writes, so ``applied`` says only
+    that its conditions held over a consistent snapshot (``rows``)."""
+
     txn_id: str
     applied: bool
     rows: dict[str, dict[str, object] | None]
     error: str | None
+    read_only: bool = False
 
     @staticmethod
-    def from_proto(response: pb.TransactResponse) -> Result:
+    def from_proto(response: pb.TransactResponse, *, read_only: bool = False) -> Result:
         rows: dict[str, dict[str, object] | None] = {}
         for row in response.rows:
             rows[row.let] = (
                 {c.name: value_from_proto(c.value) for c in row.columns} if row.exists else None
             )
-        return Result(response.txn_id, response.applied, rows, response.error or None)
+        return Result(response.txn_id, response.applied, rows, response.error or None, read_only)
+
+
+def _result(response: pb.TransactResponse, request: pb.TransactRequest) -> Result:
+    try:
+        return Result.from_proto(response, read_only=not request.mutations)
+    except Exception as error:
+        raise ClientFailure(
+            f"the transaction committed but its response could not be read: {error!r}"
+        ) from error
 
 
 def _metadata(token: str | None) -> list[tuple[str, str]]:
@@ -200,8 +259,15 @@ class Client:
                 request, timeout=self.timeout, metadata=_metadata(self.token)
             )
         except grpc.RpcError as error:
-            raise TransactionError(error.code().name, error.details() or "") from None
-        return Result.from_proto(response)
+            code, details = getattr(error, "code", None), getattr(error, "details", None)
+            raise _from_rpc_error(
+                code() if callable(code) else None, details() if callable(details) else str(error)
+            ) from None
+        except ValueError as error:  # "Cannot invoke RPC on closed channel!"
+            raise NotSent(str(error)) from error
+        except Exception as error:
+            raise ClientFailure(repr(error)) from error
+        return _result(response, request)
 
     def close(self) -> None:
         self.channel.close()
@@ -236,12 +302,20 @@ class AsyncClient:
     async def transact(self, transaction: Transaction | pb.TransactRequest) -> Result:
         request = transaction.request if isinstance(transaction, Transaction) else transaction
         try:
-            response = await self.stub.Transact(
-                request, timeout=self.timeout, metadata=_metadata(self.token)
-            )
+            call = self.stub.Transact(request, timeout=self.timeout, metadata=_metadata(self.token))
+        except grpc.aio.UsageError as error:  # the channel is closed
+            raise NotSent(str(error)) from error
+        except Exception as error:
+            raise NotSent(f"the call could not be started: {error!r}") from error
+        try:
+            response = await call
         except grpc.aio.AioRpcError as error:
-            raise TransactionError(error.code().name, error.details() or "") from None
-        return Result.from_proto(response)
+            raise _from_rpc_error(error.code(), error.details()) from None
+        except asyncio.CancelledError:
+            raise  # the caller's own cancellation: not ours to translate
+        except Exception as error:
+            raise ClientFailure(repr(error)) from error
+        return _result(response, request)
 
     async def close(self) -> None:
         await self.channel.close()

@@ -15,6 +15,8 @@ Example::
     client_token: change-me
     peer_auth: hmac                 # or mtls (with peer_listen, peer_tls); see docs/sidecars.md
     peer_keys: {current: {id: k1, secret: <openssl rand -hex 32>}}
+    admission: {per_key: 8, waiting_per_key: 64, max_waiting: 2000}   # the defaults
+    max_progress_coordinators: 32                                     # the default
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.errors import AccordCassandraError
+from accord_cassandra.host import (
+    MAX_IN_FLIGHT_PER_KEY,
+    MAX_PENDING_CLIENTS,
+    MAX_WAITING,
+    WAITING_PER_SLOT,
+)
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 from accord_cassandra.schema import Catalog, SchemaError
 
@@ -157,6 +165,21 @@ class TimingSettings(BaseModel):
     reorder_buffer_ms: int = Field(default=0, ge=0)
 
 
+class AdmissionSettings(BaseModel):
+    """Admission control of client transactions (accord_cassandra/host.py ``Admission``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Client transactions in the protocol at once per key, on this sidecar.
+    per_key: int = Field(default=MAX_IN_FLIGHT_PER_KEY, ge=1, le=1024)
+    # Transactions that may wait for a slot on one key; beyond it they are refused at once.
+    waiting_per_key: int = Field(
+        default=WAITING_PER_SLOT * MAX_IN_FLIGHT_PER_KEY, ge=0, le=MAX_PENDING_CLIENTS
+    )
+    # Transactions that may wait for a slot on this sidecar, over all keys.
+    max_waiting: int = Field(default=MAX_WAITING, ge=0, le=MAX_PENDING_CLIENTS)
+
+
 class SidecarConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ACCORD_SIDECAR_", env_nested_delimiter="__", extra="forbid"
@@ -203,6 +226,9 @@ class SidecarConfig(BaseSettings):
     peers_file: Path | None = None
     peers_wait_seconds: float = Field(default=60.0, gt=0)
     timing: TimingSettings = Field(default_factory=TimingSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    # Recoveries and outcome re-sends the progress log runs at once on this node.
+    max_progress_coordinators: int = Field(default=32, ge=1, le=10_000)
     drain_seconds: float = Field(default=5.0, ge=0)
     # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
     # refused, since the HLC would follow it for good.

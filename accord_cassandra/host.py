@@ -18,6 +18,7 @@ Everything runs on one event loop thread, so the node is never touched concurren
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import random
@@ -63,6 +64,18 @@ MAX_UNDECIDED_COST_PER_PEER = 20_000
 # refused. Both refusals are RESOURCE_EXHAUSTED: definite, nothing was submitted.
 MAX_IN_FLIGHT_PER_KEY = 8
 MAX_WAITING = 2_000
+# How long before its timeout a transaction must get its slot to be submitted at all:
+# twice the recent time from slot to answer (a moving average), within these bounds and
+# at most half the timeout. A fixed 2 s refused 85 of a 300 burst, most after 8.5 s,
+# while its last transfers succeeded at 9.2 s; under a heavier burst answers slow down
+# and the reserve grows with them.
+RESERVE_SECONDS_MIN = 0.25
+RESERVE_SECONDS_MAX = 5.0
+# Waiters per key, per slot: a key's waiters beyond this are refused at once. A key
+# finishes a few dozen transactions per second at best, so more could not be reached
+# before a client deadline anyway; each would only have cost a decode and a timer, and
+# made the burst that much longer to answer.
+WAITING_PER_SLOT = 8
 
 
 class WallClock:
@@ -76,19 +89,43 @@ class Overloaded(RuntimeError):
     """Too many client transactions are in flight on this sidecar, or on one of the keys."""
 
 
+@dataclass(eq=False)
+class _Waiter:
+    seq: int
+    keys: tuple[Key, ...]
+    future: asyncio.Future[None]
+
+
 class Admission:
     """Bounds client transactions in the protocol per key; the rest wait, oldest first
-    among those that fit, or are refused (:class:`Overloaded`)."""
+    among those that fit, or are refused (:class:`Overloaded`).
 
-    def __init__(self, per_key: int = MAX_IN_FLIGHT_PER_KEY, max_waiting: int = MAX_WAITING):
+    Waiters are queued per key, so a freed slot looks only at the waiters of the keys it
+    freed (at most ``max_waiting_per_key`` each), and a waiter that leaves is removed from
+    its keys' queues alone: with one list of all waiters, each release and each timeout
+    walked all of them, quadratic in a burst of thousands.
+    """
+
+    def __init__(
+        self,
+        per_key: int = MAX_IN_FLIGHT_PER_KEY,
+        max_waiting: int = MAX_WAITING,
+        max_waiting_per_key: int | None = None,
+    ):
         self.per_key = per_key
         self.max_waiting = max_waiting
+        self.max_waiting_per_key = (
+            max_waiting_per_key if max_waiting_per_key is not None else WAITING_PER_SLOT * per_key
+        )
         self.in_flight: dict[Key, int] = {}
-        self._waiters: list[tuple[tuple[Key, ...], asyncio.Future[None]]] = []
+        # Per key, its waiters by sequence number (dicts keep insertion order: oldest first).
+        self._queues: dict[Key, dict[int, _Waiter]] = {}
+        self._waiting = 0
+        self._seq = itertools.count()
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return self._waiting
 
     def _fits(self, keys: tuple[Key, ...]) -> bool:
         return all(self.in_flight.get(k, 0) < self.per_key for k in keys)
@@ -97,23 +134,39 @@ class Admission:
         for key in keys:
             self.in_flight[key] = self.in_flight.get(key, 0) + 1
 
+    def _refuse_waiting(self, keys: tuple[Key, ...]) -> None:
+        if self._waiting >= self.max_waiting:
+            raise Overloaded(f"{self.max_waiting} transactions already wait for busy keys")
+        for key in keys:
+            queued = len(self._queues.get(key, ()))
+            if queued >= self.max_waiting_per_key:
+                raise Overloaded(
+                    f"{key.name} has {self.per_key} transactions in flight and {queued} "
+                    "waiting on this sidecar, more than it can finish within a deadline; "
+                    "nothing was submitted"
+                )
+
     async def enter(self, keys: tuple[Key, ...], timeout: float) -> None:
         """Take a slot on every key of a transaction at once (never some and wait for the
         rest, which could deadlock two transactions), waiting at most ``timeout``."""
-        if not self._waiters and self._fits(keys):
+        if self._fits(keys) and not any(self._queues.get(k) for k in keys):
             self._take(keys)
             return
-        if len(self._waiters) >= self.max_waiting:
-            raise Overloaded(f"{self.max_waiting} transactions already wait for busy keys")
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((keys, future))
-        self._grant()
+        self._refuse_waiting(keys)
+        waiter = _Waiter(next(self._seq), keys, asyncio.get_running_loop().create_future())
+        for key in keys:
+            self._queues.setdefault(key, {})[waiter.seq] = waiter
+        self._waiting += 1
+        self._grant(keys)
         try:
-            await asyncio.wait_for(future, timeout)
+            await asyncio.wait_for(waiter.future, timeout)
         except (TimeoutError, asyncio.CancelledError) as error:
-            if future.done() and not future.cancelled():
-                self.leave(keys)
-            self._waiters = [(k, f) for k, f in self._waiters if f is not future]
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.leave(keys)  # granted just as it gave up: give the slot back
+            else:
+                # A younger waiter on these keys may fit once this one is gone.
+                self._dequeue(waiter)
+                self._grant(keys)
             if isinstance(error, TimeoutError):
                 busy = next((k for k in keys if self.in_flight.get(k, 0) >= self.per_key), None)
                 name = busy.name if busy is not None else "a key"
@@ -123,6 +176,13 @@ class Admission:
                 ) from None
             raise
 
+    def _dequeue(self, waiter: _Waiter) -> None:
+        for key in waiter.keys:
+            queue = self._queues.get(key)
+            if queue is not None and queue.pop(waiter.seq, None) is not None and not queue:
+                del self._queues[key]
+        self._waiting -= 1
+
     def leave(self, keys: tuple[Key, ...]) -> None:
         for key in keys:
             left = self.in_flight[key] - 1
@@ -130,19 +190,27 @@ class Admission:
                 self.in_flight[key] = left
             else:
                 del self.in_flight[key]
-        self._grant()
+        self._grant(keys)
 
-    def _grant(self) -> None:
-        kept = []
-        for keys, future in self._waiters:
-            if future.done():
-                continue
-            if self._fits(keys):
-                self._take(keys)
-                future.set_result(None)
-            else:
-                kept.append((keys, future))
-        self._waiters = kept
+    def _grant(self, freed: tuple[Key, ...]) -> None:
+        # Only waiters on a freed key can fit now. Oldest first across those keys, and no
+        # further than needed: the walk stops once every freed key is full again, so a
+        # release looks at the waiters it grants plus those another key still blocks.
+        granted: list[_Waiter] = []
+        seen: set[int] = set()
+        queues = [self._queues[key].values() for key in freed if key in self._queues]
+        for waiter in heapq.merge(*queues, key=lambda w: w.seq):
+            if all(self.in_flight.get(k, 0) >= self.per_key for k in freed):
+                break
+            if waiter.seq in seen or waiter.future.done():
+                continue  # seen on another freed key, or given up (it dequeues itself)
+            seen.add(waiter.seq)
+            if self._fits(waiter.keys):
+                self._take(waiter.keys)
+                granted.append(waiter)
+        for waiter in granted:
+            self._dequeue(waiter)
+            waiter.future.set_result(None)
 
 
 @dataclass
@@ -173,6 +241,7 @@ class SidecarHost:
         seed: int | None = None,
         limits: MessageLimits | None = None,
         check_data: Callable[[Envelope], None] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -195,7 +264,9 @@ class SidecarHost:
         # Undecided transactions by the node that minted their TxnId: txn id -> cost.
         self._undecided: dict[int, dict[Timestamp, int]] = {}
         self._undecided_cost: dict[int, int] = {}
-        self.admission = Admission()
+        self.admission = admission or Admission()
+        # Moving average of the time from a slot granted to the node's answer.
+        self._slot_seconds = RESERVE_SECONDS_MIN
         self._wake = asyncio.Event()
         self._clients: dict[int, tuple[asyncio.Future[ClientReply], float]] = {}
         self._request_ids = itertools.count(1)
@@ -244,7 +315,7 @@ class SidecarHost:
                 await task
             except (asyncio.CancelledError, Exception):
                 logger.debug("task ended during shutdown", exc_info=True)
-        for future, _ in self._clients.values():
+        for future, _ in list(self._clients.values()):
             if not future.done():
                 future.set_exception(RuntimeError("sidecar is shutting down"))
         self.journal.close()
@@ -316,6 +387,8 @@ class SidecarHost:
                 self._undecided_cost[origin] -= pending.pop(txn_id)
 
     async def submit(self, txn: Txn, *, timeout: float) -> ClientReply:
+        """Run ``txn``; its reply, or :class:`Overloaded` (definite: nothing was
+        submitted), or TimeoutError (unknown: it may still commit)."""
         if self._stopping:
             raise Overloaded("sidecar is shutting down")
         if len(self._clients) + self.admission.waiting >= MAX_PENDING_CLIENTS:
@@ -323,26 +396,53 @@ class SidecarHost:
             raise Overloaded(f"{MAX_PENDING_CLIENTS} transactions already in flight")
         keys = tuple(sorted(set(txn.keys)))
         started = time.perf_counter()
+        # A transaction admitted with almost no time left would time out in the protocol:
+        # an unknown outcome for its client and a recovery for the replicas, where a
+        # refusal now is definite and free. So the wait for a slot ends this much early.
+        reserve = min(
+            timeout / 2,
+            max(RESERVE_SECONDS_MIN, min(RESERVE_SECONDS_MAX, 2 * self._slot_seconds)),
+        )
         try:
-            await self.admission.enter(keys, timeout)
+            await self.admission.enter(keys, timeout - reserve)
         except Overloaded:
             self.metrics.refused += 1
             raise
-        try:
-            if self._stopping:
-                raise Overloaded("sidecar is shutting down")
-            request_id = next(self._request_ids)
-            future: asyncio.Future[ClientReply] = asyncio.get_running_loop().create_future()
-            self._clients[request_id] = (future, started)
-            self.node.submit(request_id, txn)
-            self._wake.set()
-            try:
-                remaining = max(0.0, timeout - (time.perf_counter() - started))
-                return await asyncio.wait_for(asyncio.shield(future), remaining)
-            finally:
-                self._clients.pop(request_id, None)
-        finally:
+        if self._stopping:
             self.admission.leave(keys)
+            raise Overloaded("sidecar is shutting down")
+        request_id = next(self._request_ids)
+        future: asyncio.Future[ClientReply] = asyncio.get_running_loop().create_future()
+        self._clients[request_id] = (future, started)
+        # The slot is held until the node answers (its own client timeout bounds that),
+        # not only while this caller waits: a transaction whose caller gave up is still
+        # in the protocol, and freeing its slot let a burst put ever more transactions on
+        # a key than the bound says (at 10,500 concurrent, thousands were left undecided
+        # and recovered one by one for minutes after the burst).
+        granted = time.perf_counter()
+        future.add_done_callback(lambda done: self._finished(request_id, keys, done, granted))
+        try:
+            self.node.submit(request_id, txn)
+        except BaseException:
+            future.cancel()  # no answer will come: its callback gives the slot back
+            raise
+        self._wake.set()
+        remaining = max(0.0, timeout - (time.perf_counter() - started))
+        return await asyncio.wait_for(asyncio.shield(future), remaining)
+
+    def _finished(
+        self,
+        request_id: int,
+        keys: tuple[Key, ...],
+        done: asyncio.Future[ClientReply],
+        granted: float,
+    ) -> None:
+        held = time.perf_counter() - granted
+        self._slot_seconds += (held - self._slot_seconds) / 8
+        if not done.cancelled():
+            done.exception()  # retrieved: its caller may be gone (shutdown sets one)
+        self._clients.pop(request_id, None)
+        self.admission.leave(keys)
 
     # ------------------------------------------------------------------ the pump
 

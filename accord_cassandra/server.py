@@ -41,7 +41,7 @@ from accord_cassandra.datastore import (
     tables_from_cluster,
 )
 from accord_cassandra.errors import AccordCassandraError
-from accord_cassandra.host import Overloaded, SidecarHost
+from accord_cassandra.host import MAX_PENDING_CLIENTS, Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
@@ -90,6 +90,26 @@ MAX_DETAILS_CHARS = 1024
 # the client saw CANCELLED, an outcome no client can interpret, instead of the definite
 # RESOURCE_EXHAUSTED of an admission timeout.
 DEADLINE_MARGIN_SECONDS = 0.5
+
+
+# Requests the gRPC core has received but the event loop has not yet picked up. Past
+# grpc.server.max_pending_requests (default 1,000) the core refuses new ones at random,
+# always past the hard limit (default 3,000), and this gRPC reports them as CANCELLED: at
+# 10,500 concurrent transfers on 3 sidecars that was 1,000-1,200 answers the client cannot
+# interpret, though none had reached the sidecar (tests/sidecar/test_pending.py). Above
+# MAX_PENDING_CLIENTS a sidecar refuses transactions itself, definitely, once it reads them;
+# until the loop reaches a request, its deadline bounds how long it waits (then
+# DEADLINE_EXCEEDED). The bound below is four times what a sidecar ever admits, so the
+# core refuses (CANCELLED) only a flood of 40,000 unread requests, and it keeps memory
+# bounded (a pending request is its bytes and a call record: 10,500 at once peaked at
+# 109-126 MiB per sidecar). Soft limit = hard limit: no random refusals below it.
+MAX_PENDING_REQUESTS = 4 * MAX_PENDING_CLIENTS
+SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    ("grpc.server.max_pending_requests", MAX_PENDING_REQUESTS),
+    ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_REQUESTS),
+)
 
 
 def fit_details(details: str) -> str:
@@ -386,6 +406,16 @@ def node_config(config: SidecarConfig) -> NodeConfig:
         preaccept_timeout_micros=timing.preaccept_timeout_ms * 1000,
         client_timeout_micros=timing.client_timeout_ms * 1000,
         reorder_buffer_micros=timing.reorder_buffer_ms * 1000,
+        max_progress_coordinators=config.max_progress_coordinators,
+    )
+
+
+def admission_control(config: SidecarConfig) -> Admission:
+    settings = config.admission
+    return Admission(
+        per_key=settings.per_key,
+        max_waiting=settings.max_waiting,
+        max_waiting_per_key=settings.waiting_per_key,
     )
 
 
@@ -457,12 +487,7 @@ class Sidecar:
         started = time.perf_counter()
         # Ports first: with port 0 the kernel picks them, and whoever started this process
         # learns them from the address file (and may only then know every peer's address).
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         self.server = server
         # A port that cannot be bound fails the start here, before anything runs, with one
         # line naming the setting.
@@ -472,12 +497,7 @@ class Sidecar:
             raise StartupError(f"listen: cannot bind {config.listen}: {_why(error)}") from None
         peer_server = server
         if config.peer_listen is not None:
-            peer_server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.so_reuseport", 0),
-                ]
-            )
+            peer_server = grpc.aio.server(options=SERVER_OPTIONS)
             self.peer_server = peer_server
             try:
                 self.peer_listen = await _bind_peer(peer_server, config, config.peer_listen)
@@ -564,6 +584,7 @@ class Sidecar:
             config=node_config(config),
             limits=message_limits(config),
             check_data=peer_data_check(catalog),
+            admission=admission_control(config),
         )
         _add_raw_unary(
             peer_server,

@@ -12,6 +12,7 @@ every acknowledged transfer applied exactly once.
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,16 +59,20 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
                 round(report.rss_peak_bytes / 2**20, 1),
                 report.recovered_seconds,
                 len(report.problems),
+                round(os.getloadavg()[0], 1),
             ]
         )
     method = (
         "Three sidecar processes (embedded store) on loopback; each burst on a fresh "
         "cluster: N bank transfers among 3 accounts started at once over 3 client "
         "channels (20 s client deadline). 'other' counts any other gRPC code (CANCELLED "
-        "was what overflow returned before admission control). RSS is the peak of the "
-        "largest sidecar process sampled every 0.5 s. 'normal after' is the time from "
+        "came from the gRPC core's pending-call limit until the sidecar raised it). RSS "
+        "is the peak of the largest sidecar process sampled every 0.5 s. 'normal after' "
+        "is the time from "
         "the last answer until an ordinary transfer succeeded at each sidecar in turn. "
-        "'ledger problems' counts receipts that show a lost or doubled transfer."
+        "'ledger problems' counts receipts that show a lost or doubled transfer. 'load avg' "
+        "is the machine's 1-minute load average when the burst's figures were taken (this "
+        "machine is shared: other work competes for its 2 cores)."
     )
     return {
         "figures": [
@@ -86,6 +91,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
                     "RSS peak MiB",
                     "normal after s",
                     "ledger problems",
+                    "load avg",
                 ],
                 rows=rows,
                 plot={

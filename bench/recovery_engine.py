@@ -26,6 +26,7 @@ recovery [--quick] [--profile]`` writes them as JSON, Markdown and PNG (bench/re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import io
 import json
@@ -37,10 +38,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.config.driver import DriverConfig
@@ -420,38 +421,68 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
                     "keyspaces": [default_accord_keyspace(keyspace)],
                 },
             )
-            await asyncio.to_thread(sidecars.start, 90.0)
-            modes = {
-                "ordered": {},
-                "accord": {"commit-mode": "accord", "accord": {"sidecars": sidecars.addresses()}},
-            }
-            profiler = cProfile.Profile() if profile else None
-            try:
-                if profiler is not None:
-                    profiler.enable()
-                report["starts"] = {
-                    name: await _starts(contact_point, keyspace, recovery, quick)
-                    for name, recovery in modes.items()
-                }
-                report["tombstones"] = {
-                    name: await _tombstones(contact_point, keyspace, recovery, quick)
-                    for name, recovery in modes.items()
-                }
-                if profiler is not None:
-                    profiler.disable()
-                    report["profile_top"] = _top(profiler)
-                report["reinvocations"] = {
-                    f"{n}_node{'s' if n > 1 else ''}": await _reinvocations(
-                        contact_point, keyspace, n, quick, Path(work)
-                    )
-                    for n in (1, 2)
-                }
-            finally:
-                await asyncio.to_thread(sidecars.stop)
+            async with running(sidecars, 90.0):
+                report.update(
+                    await _measure(contact_point, keyspace, sidecars, quick, profile, work)
+                )
         session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
         session.execute(f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}")
     finally:
         cluster.shutdown()
+    return report
+
+
+class Startable(Protocol):
+    def start(self, timeout: float) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def running(processes: Startable, timeout: float) -> AsyncIterator[None]:
+    """``processes`` started, and stopped afterwards, also when starting them failed
+    halfway: LocalSidecars.start raises after some sidecars are already running (one that
+    did not bind, a timeout), and those would outlive the bench."""
+    try:
+        await asyncio.to_thread(processes.start, timeout)
+        yield
+    finally:
+        await asyncio.to_thread(processes.stop)
+
+
+async def _measure(
+    contact_point: tuple[str, int],
+    keyspace: str,
+    sidecars: Any,
+    quick: bool,
+    profile: bool,
+    work: str,
+) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    modes = {
+        "ordered": {},
+        "accord": {"commit-mode": "accord", "accord": {"sidecars": sidecars.addresses()}},
+    }
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
+    report["starts"] = {
+        name: await _starts(contact_point, keyspace, recovery, quick)
+        for name, recovery in modes.items()
+    }
+    report["tombstones"] = {
+        name: await _tombstones(contact_point, keyspace, recovery, quick)
+        for name, recovery in modes.items()
+    }
+    if profiler is not None:
+        profiler.disable()
+        report["profile_top"] = _top(profiler)
+    report["reinvocations"] = {
+        f"{n}_node{'s' if n > 1 else ''}": await _reinvocations(
+            contact_point, keyspace, n, quick, Path(work)
+        )
+        for n in (1, 2)
+    }
     return report
 
 
@@ -575,8 +606,8 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="recovery-bench-node-") as base_dir:
         spec = ClusterSpec(nodes=1, first_ip=node_ip, cluster_name="recovery_bench")
         cluster = LocalCluster(spec, Path(base_dir))
-        cluster.start()
         try:
+            cluster.start()
             report["cassandra"] = f"1 local node, Cassandra {spec.version}, heap {spec.heap_mb} MiB"
             report.update(asyncio.run(_run_on((node_ip, spec.native_port), quick, profile)))
         finally:

@@ -261,12 +261,18 @@ class AccordOutcome:
     rows: dict[str, dict[str, object] | None]
 
 
+# Definite refusals that another sidecar, or the same one a moment later, may accept.
+RETRIED_DEFINITE_CODES = ("RESOURCE_EXHAUSTED", "NOT_SENT")
+
+
 class AccordGateway:
     """The sidecars' client API (``accord_cassandra.client.AsyncClient``) with failover.
 
-    A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED) is sent again,
-    to the next sidecar: every transaction this module builds is conditional, so a second
-    copy of one that did commit is refused by its own condition and changes nothing.
+    A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED), or that was
+    refused for load (RESOURCE_EXHAUSTED) or never sent (NOT_SENT: the sidecar refused the
+    connection), is sent again, to the next sidecar: every transaction this module builds
+    is conditional, so a second copy of one that did commit is refused by its own
+    condition and changes nothing.
     """
 
     def __init__(
@@ -290,7 +296,7 @@ class AccordGateway:
                 result = await client.transact(build())
             except self._error_type as error:
                 code = getattr(error, "code", "UNKNOWN")
-                if getattr(error, "definite", False) and code != "RESOURCE_EXHAUSTED":
+                if getattr(error, "definite", False) and code not in RETRIED_DEFINITE_CODES:
                     raise AccordCommitError(f"accord refused the transaction: {error}") from None
                 self.retries += 1
                 self._next += 1

@@ -16,7 +16,8 @@ the tags it read. That gives two independent judges:
   plus the committed transfers, each counted once.
 
 Outcomes follow the client API: a definite error or a declined transfer wrote nothing
-(``fail``); DEADLINE_EXCEEDED/UNAVAILABLE may or may not have committed (``info``), and the
+(``fail``; NOT_SENT, a refused connection, among them); DEADLINE_EXCEEDED/UNAVAILABLE may
+or may not have committed (``info``), and the
 receipts then say which.
 """
 
@@ -205,7 +206,7 @@ class Bank:
             self.recorder.complete(
                 op_id, "fail" if error.definite else "info", unknown, now_micros()
             )
-            return error.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+            return error.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_SENT")
         finished = time.monotonic()
         if not result.applied:
             assert result.error is None, result.error

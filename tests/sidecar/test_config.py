@@ -76,6 +76,21 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             {"cassandra": {"consistency": "ONE"}}, ["cassandra.consistency", "QUORUM"], id="cl"
         ),
         pytest.param({"timing": {"retry_ms": 0}}, ["timing.retry_ms"], id="timing"),
+        pytest.param({"admission": {"per_key": 0}}, ["admission.per_key"], id="per-key"),
+        pytest.param(
+            {"admission": {"waiting_per_key": -1}}, ["admission.waiting_per_key"], id="waiting"
+        ),
+        pytest.param(
+            {"admission": {"max_waiting": 20_000}},
+            ["admission.max_waiting", "10000"],
+            id="max-waiting",
+        ),
+        pytest.param(
+            {"admission": {"per_keys": 3}}, ["admission.per_keys", "Extra inputs"], id="typo"
+        ),
+        pytest.param(
+            {"max_progress_coordinators": 0}, ["max_progress_coordinators"], id="progress"
+        ),
     ],
 )
 def test_errors_name_the_field(
@@ -85,6 +100,24 @@ def test_errors_name_the_field(
     assert message.startswith("invalid sidecar config:")
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_admission_and_progress_limits_reach_the_node(tmp_path: Path) -> None:
+    from accord_cassandra.server import admission_control, node_config
+
+    defaults = load(write(tmp_path))
+    assert node_config(defaults).max_progress_coordinators == 32
+    assert admission_control(defaults).per_key == 8
+    config = load(
+        write(
+            tmp_path,
+            admission={"per_key": 3, "waiting_per_key": 5, "max_waiting": 7},
+            max_progress_coordinators=4,
+        )
+    )
+    assert node_config(config).max_progress_coordinators == 4
+    admission = admission_control(config)
+    assert (admission.per_key, admission.max_waiting_per_key, admission.max_waiting) == (3, 5, 7)
 
 
 def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
