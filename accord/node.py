@@ -44,6 +44,7 @@ from accord.messages import (
     InvalidateOk,
     Message,
     Nack,
+    OutcomeDurable,
     PreAccept,
     PreAcceptOk,
     ReadOk,
@@ -308,8 +309,17 @@ class Node:
             for txn_id, reader_node, reader_cid in self.store.read_replies:
                 command = self.store.commands[txn_id]
                 assert command.writes is not None and command.result is not None
+                chosen = command.chosen or command.status is Status.APPLIED
                 self._send(
-                    reader_node, ReadRedundant(reader_cid, txn_id, command.writes, command.result)
+                    reader_node,
+                    ReadRedundant(
+                        reader_cid,
+                        txn_id,
+                        command.writes,
+                        command.result,
+                        command.accepted,
+                        chosen,
+                    ),
                 )
             self.store.read_replies.clear()
             if not self._local:
@@ -377,7 +387,7 @@ class Node:
         elif isinstance(body, Commit):
             reply = self._on_commit(src, body)
         elif isinstance(body, Apply):
-            store.apply(
+            applied = store.apply(
                 body.txn_id,
                 body.txn,
                 body.route,
@@ -385,13 +395,22 @@ class Node:
                 body.deps,
                 body.writes,
                 body.result,
+                ballot=body.ballot,
+                chosen=body.chosen,
             )
-            if store.commands[body.txn_id].status is Status.APPLIED:
-                reply = ApplyOk(body.cid, body.txn_id)
+            if isinstance(applied, Refused):
+                reply = self._nack(body.cid, body.txn_id, applied)
+            elif store.commands[body.txn_id].status is Status.APPLIED:
+                reply = ApplyOk(body.cid, body.txn_id, applied=True)
             else:
+                # Journaled (the journal takes it before this reply leaves); a second
+                # ApplyOk follows once the writes are in the data store.
+                reply = ApplyOk(body.cid, body.txn_id, applied=False)
                 waiters = self._apply_waiters.setdefault(body.txn_id, [])
                 if (src, body.cid) not in waiters:
                     waiters.append((src, body.cid))
+        elif isinstance(body, OutcomeDurable):
+            store.outcome_durable(body.txn_id, body.ballot)
         elif isinstance(body, CommitInvalidate):
             store.commit_invalidate(body.txn_id)
         elif isinstance(body, InformDurable):
@@ -430,7 +449,10 @@ class Node:
         if body.read:
             state = self.store.read(body.txn_id, src, body.cid)
             if state.writes is not None and state.result is not None:
-                return ReadRedundant(body.cid, body.txn_id, state.writes, state.result)
+                assert state.ballot is not None
+                return ReadRedundant(
+                    body.cid, body.txn_id, state.writes, state.result, state.ballot, state.chosen
+                )
         return None if body.stable else CommitOk(body.cid, body.txn_id)
 
     @staticmethod
@@ -540,7 +562,11 @@ class Node:
             command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
                 self._reply(request, "invalidated", None)
-            elif command.status >= Status.PRE_APPLIED and command.result is not None:
+            elif (
+                command.status is Status.APPLIED
+                or (command.status is Status.PRE_APPLIED and command.chosen)
+            ) and command.result is not None:
+                # Only a chosen outcome: one merely proposed may yet be replaced.
                 self._reply(request, "ok", command.result)
 
     def _expire_clients(self, now: int) -> None:
@@ -630,8 +656,14 @@ class Node:
             command.last_progress_micros = now
             coordinator = self._new_coordinator(command.txn_id, command.txn, command.route)
             self._progress_cids.add(coordinator.cid)
+            # Applied here, so chosen: re-sent as such, whatever the others promised.
             coordinator.start_persist(
-                command.execute_at, command.deps, command.writes, command.result
+                command.execute_at,
+                command.deps,
+                command.writes,
+                command.result,
+                ballot=command.accepted,
+                chosen=True,
             )
             budget -= 1
             if budget <= 0:

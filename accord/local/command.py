@@ -70,6 +70,10 @@ class Command:
     indexed: bool = False
     pruned: bool = False
     durable: bool = False
+    # The outcome held here is journaled by a quorum of every shard (OutcomeDurable, a
+    # chosen Apply, InformDurable): only then may its writes reach the data store. Not
+    # journaled: after a restart the progress log finds out again (recovery re-proposes).
+    chosen: bool = False
     last_progress_micros: int = 0
     recovery_attempts: int = 0
 

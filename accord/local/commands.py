@@ -70,6 +70,7 @@ class Bugs:
     forget_promise_on_restart: bool = False
     fast_vote_ignores_conflicts: bool = False
     witness_any_key: bool = False
+    write_before_durable: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -370,7 +371,17 @@ class CommandStore:
         deps: Deps,
         writes: tuple[WriteOp, ...],
         result: TxnResult,
-    ) -> Ok:
+        *,
+        ballot: Ballot = BALLOT_ZERO,
+        chosen: bool = False,
+    ) -> Ok | Refused:
+        """Journal the outcome proposed under ``ballot``, or learn the ``chosen`` one.
+
+        The outcome is a Paxos value of its own (docs/accord.md, "Writes wait for a durable
+        outcome"): a proposal is refused under a higher promise and replaces one accepted
+        under a lower ballot; a chosen outcome is taken whatever was promised. Writes wait
+        until the outcome held here is known chosen.
+        """
         command = self.command(txn_id)
         check_state(
             command.status is not Status.INVALIDATED,
@@ -387,7 +398,29 @@ class CommandStore:
                 execute_at,
                 command.execute_at,
             )
-        if command.status >= Status.PRE_APPLIED:
+        if command.status is Status.APPLIED:
+            return Ok()
+        if not chosen and command.promised > ballot:
+            return Refused(command.promised, command.status)
+        if command.status is Status.PRE_APPLIED:
+            if command.chosen or (not chosen and ballot < command.accepted):
+                # Ours is chosen (any later proposal carries the same outcome), or newer.
+                return Ok()
+            check_state(
+                not command.writing or command.writes == writes,
+                "node %d: txn %s is writing one outcome and was told another",
+                self.node_id,
+                txn_id,
+            )
+            command.writes = writes
+            command.result = result
+            if ballot > command.accepted:
+                command.accepted = ballot
+            if ballot > command.promised:
+                command.promised = ballot
+            command.chosen = command.chosen or chosen
+            self._persist(command)
+            self._maybe_execute(command)
             return Ok()
         self._define(command, txn, route)
         was_stable = command.status is Status.STABLE
@@ -397,6 +430,11 @@ class CommandStore:
             command.deps = deps
         command.writes = writes
         command.result = result
+        if ballot > command.accepted:
+            command.accepted = ballot
+        if ballot > command.promised:
+            command.promised = ballot
+        command.chosen = chosen
         self._persist(command)
         self._notify(command)
         if was_stable and command.waiting_on is not None:
@@ -405,6 +443,26 @@ class CommandStore:
             self._start_waiting(command)
         self._answer_readers(command)
         return Ok()
+
+    def outcome_durable(self, txn_id: TxnId, ballot: Ballot) -> None:
+        """The outcome proposed under ``ballot`` is chosen. An outcome held here under that
+        ballot or a higher one is the same outcome (Paxos: every proposal above the chosen
+        ballot carries the chosen value), so it may be written."""
+        command = self.commands.get(txn_id)
+        if (
+            command is None
+            or command.status is not Status.PRE_APPLIED
+            or command.chosen
+            or command.accepted < ballot
+        ):
+            return
+        self._mark_chosen(command)
+
+    def _mark_chosen(self, command: Command) -> None:
+        command.chosen = True
+        command.last_progress_micros = self._now()
+        self.changed[command.txn_id] = None
+        self._maybe_execute(command)
 
     def commit_invalidate(self, txn_id: TxnId) -> Ok:
         command = self.command(txn_id)
@@ -539,7 +597,8 @@ class CommandStore:
         """
         command = self.command(txn_id)
         if command.status >= Status.PRE_APPLIED and command.status is not Status.INVALIDATED:
-            return ReadState(command.writes, command.result)
+            chosen = command.chosen or command.status is Status.APPLIED
+            return ReadState(command.writes, command.result, command.accepted, chosen)
         if (reader_node, reader_cid) not in command.readers:
             command.readers.append((reader_node, reader_cid))
         self._maybe_execute(command)
@@ -611,7 +670,11 @@ class CommandStore:
             keys = self.owned_keys(command.txn.read_keys)
             command.reading = True
             self.data_reads.append(DataRead(command.txn_id, command.execute_at, keys))
-        elif command.status is Status.PRE_APPLIED and not command.writing:
+        elif (
+            command.status is Status.PRE_APPLIED
+            and not command.writing
+            and (command.chosen or self.bugs.write_before_durable)
+        ):
             assert command.writes is not None
             writes = tuple(w for w in command.writes if self.owns(w.key))
             command.writing = True
@@ -649,6 +712,9 @@ class CommandStore:
             return
         command.durable = True
         self._undurable.pop(txn_id, None)
+        if command.status is Status.PRE_APPLIED and not command.chosen:
+            # Every replica journaled the outcome: it is chosen.
+            self._mark_chosen(command)
         if command.status is not Status.APPLIED or command.pruned:
             return
         assert command.txn is not None and command.execute_at is not None

@@ -329,6 +329,10 @@ class Cluster:
         for reply in ready.replies:
             if self.on_reply is not None:
                 self.on_reply(node_id, reply)
+        for write in ready.writes:
+            txn = node.store.commands[write.txn_id].txn
+            assert txn is not None
+            self.oracle.on_write_issued(node_id, write, txn.keys)
         for op in (*ready.reads, *ready.writes):
             start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
             slot.data_busy_until = start

@@ -111,6 +111,7 @@ TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "forget_promise_on_restart": (10, {}),
     "recovery_ignores_earlier_accepted": (10, MULTI_SHARD),
     "witness_any_key": (10, MULTI_SHARD),
+    "write_before_durable": (1, {}),
 }
 
 
