@@ -78,11 +78,6 @@ class SidecarCollector(Collector):
         yield _counter(
             "accord_data_retries", "Data-store operations retried", host.metrics.data_retries
         )
-        yield _counter(
-            "accord_reads_too_late",
-            "Reads answered by a later write's outcome",
-            host.metrics.reads_too_late,
-        )
         yield _gauge(
             "accord_pending_clients", "Client transactions in flight", host.pending_clients()
         )

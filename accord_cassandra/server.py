@@ -31,12 +31,10 @@ from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
-    ACCORD_TABLES,
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
     MemoryDataStore,
-    accord_tables_cql,
     tables_from_cluster,
 )
 from accord_cassandra.host import Overloaded, SidecarHost
@@ -74,7 +72,6 @@ RECONNECT_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
-ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
 # Error details travel in a gRPC header (percent-encoded, so up to 3x longer): an error
@@ -348,32 +345,6 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
     return cluster, cluster.connect()
 
 
-def _ensure_accord_tables(cluster: Any, session: Any, config: SidecarConfig) -> None:
-    """Create each served keyspace's history and marker tables (see
-    accord_cassandra.datastore) if missing.
-
-    Only the sidecar with the lowest id creates them: concurrent CREATE TABLE IF NOT EXISTS
-    from several clients can leave Cassandra 5.0 with two table ids for one table. The
-    others wait for them to appear, and create them only if they never do (the lowest
-    sidecar may be down for good).
-    """
-    first = config.node_id == min(config.peers)
-    for keyspace in config.cassandra.keyspaces:
-        deadline = time.monotonic() + (0 if first else ACCORD_TABLES_WAIT_SECONDS)
-        while True:
-            found = cluster.metadata.keyspaces.get(keyspace)
-            if found is not None and all(t in found.tables for t in ACCORD_TABLES):
-                break
-            if time.monotonic() >= deadline:
-                for statement in accord_tables_cql(keyspace):
-                    logger.info("creating: %s", statement)
-                    session.execute(statement, timeout=60)
-                cluster.refresh_schema_metadata()
-                break
-            time.sleep(0.5)
-            cluster.refresh_keyspace_metadata(keyspace)
-
-
 def node_config(config: SidecarConfig) -> NodeConfig:
     timing = config.timing
     return NodeConfig(
@@ -506,7 +477,6 @@ class Sidecar:
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
-            await asyncio.to_thread(_ensure_accord_tables, self.cluster, session, config)
             unusable: dict[str, str] = {}
             tables = tables_from_cluster(
                 self.cluster.metadata, config.cassandra.keyspaces, unusable
