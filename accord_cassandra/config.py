@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from accord import Bugs
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 from accord_cassandra.schema import Catalog, SchemaError
@@ -206,6 +208,9 @@ class SidecarConfig(BaseSettings):
     # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
     # refused, since the HLC would follow it for good.
     max_clock_skew_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Deliberately broken protocol variants (names of accord.Bugs fields), for proving that
+    # tests catch them. Never set outside tests: each one breaks strict serializability.
+    planted_bugs: list[str] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -238,6 +243,15 @@ class SidecarConfig(BaseSettings):
                 _host_of(address)
             except ValueError as error:
                 raise ValueError(f"peer {node}: {error}") from None
+        return value
+
+    @field_validator("planted_bugs")
+    @classmethod
+    def _bugs(cls, value: list[str]) -> list[str]:
+        known = {f.name for f in dataclasses.fields(Bugs)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown {unknown}; known: {sorted(known)}")
         return value
 
     @field_validator("client_token")

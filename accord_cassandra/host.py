@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
-from accord import ClientReply, Key, Node, NodeConfig, Timestamp, Topology, Txn
+from accord import Bugs, ClientReply, Key, Node, NodeConfig, Timestamp, Topology, Txn
 from accord.api import DataRead, DataWrite, JournalRecord
 from accord.invariants import AccordError
 from accord.messages import Envelope
@@ -171,6 +171,7 @@ class SidecarHost:
         seed: int | None = None,
         limits: MessageLimits | None = None,
         check_data: Callable[[Envelope], None] | None = None,
+        bugs: Bugs | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -182,6 +183,7 @@ class SidecarHost:
             WallClock(),
             random.Random(seed if seed is not None else time.time_ns()),
             config=config,
+            bugs=bugs or Bugs(),
             journal=records,
         )
         self.metrics = HostMetrics()

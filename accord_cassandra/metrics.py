@@ -78,6 +78,11 @@ class SidecarCollector(Collector):
         yield _counter(
             "accord_data_retries", "Data-store operations retried", host.metrics.data_retries
         )
+        yield _counter(
+            "accord_store_writes",
+            "Row writes the data store executed (Cassandra statements, or memory cells)",
+            host.store.writes_executed,
+        )
         yield _gauge(
             "accord_pending_clients", "Client transactions in flight", host.pending_clients()
         )

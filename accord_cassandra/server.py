@@ -26,7 +26,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord import Bugs, Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
@@ -531,6 +531,7 @@ class Sidecar:
             config=node_config(config),
             limits=message_limits(config),
             check_data=peer_data_check(catalog),
+            bugs=Bugs(**dict.fromkeys(config.planted_bugs, True)),
         )
         _add_raw_unary(
             peer_server,
