@@ -103,6 +103,10 @@ class NodeConfig:
     reorder_buffer_micros: int = 0
     reorder_buffer_max: int = 10_000
     hlc_reserve_micros: int = 1_000_000
+    # Every replica shares one data store (the sidecars' Cassandra): one replica per shard
+    # writes each outcome and tells the others, which take over after recover_delay if it
+    # stays silent. False: every replica writes its own store (the simulator, Maelstrom).
+    shared_storage: bool = False
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -168,6 +172,7 @@ class Node:
             now_micros=clock.now_micros,
             preaccept_timeout_micros=self.config.preaccept_timeout_micros,
             bugs=bugs,
+            shared_storage=self.config.shared_storage,
         )
         # Restoring re-derives state, so there is nothing new to persist; the data work it
         # re-issues (writes a crash interrupted; idempotent by executeAt) stays queued.
@@ -284,8 +289,23 @@ class Node:
     def write_done(self, txn_id: TxnId) -> None:
         """The data write requested by a ``DataWrite`` is durable."""
         self.store.write_done(txn_id)
-        for src, cid in self._apply_waiters.pop(txn_id, ()):
-            self._send(src, ApplyOk(cid, txn_id))
+        self._after_applied()
+
+    def _after_applied(self) -> None:
+        store = self.store
+        store.settle()
+        for txn_id in store.written:
+            command = store.commands[txn_id]
+            if command.route is None:
+                continue
+            for node in self.topology.replicas_of(command.route.keys):
+                if node != self.node_id:
+                    self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
+        store.written.clear()
+        for txn_id in store.applied_ids:
+            for src, cid in self._apply_waiters.pop(txn_id, ()):
+                self._send(src, ApplyOk(cid, txn_id))
+        store.applied_ids.clear()
 
     # ------------------------------------------------------------------ outputs
 
@@ -301,11 +321,15 @@ class Node:
             or store.data_writes
             or store.read_replies
             or store.changed
+            or store.to_apply
+            or store.written
+            or store.applied_ids
         )
 
     def ready(self) -> Ready:
         while True:
             self._drain_local()
+            self._after_applied()
             for txn_id, reader_node, reader_cid in self.store.read_replies:
                 command = self.store.commands[txn_id]
                 assert command.writes is not None and command.result is not None
@@ -410,7 +434,10 @@ class Node:
                 if (src, body.cid) not in waiters:
                     waiters.append((src, body.cid))
         elif isinstance(body, OutcomeDurable):
-            store.outcome_durable(body.txn_id, body.ballot)
+            if body.written:
+                store.written_by(body.txn_id, src, body.ballot)
+            else:
+                store.outcome_durable(body.txn_id, body.ballot)
         elif isinstance(body, CommitInvalidate):
             store.commit_invalidate(body.txn_id)
         elif isinstance(body, InformDurable):
@@ -603,6 +630,11 @@ class Node:
                 # and are taken up here themselves.
                 continue
             home = command.route is not None and self.store.owns(command.route.home_key)
+            if command.status is Status.PRE_APPLIED and command.chosen:
+                # Chosen and executable, so only the shared store's writer is awaited.
+                if now - command.last_progress_micros >= config.recover_delay_micros:
+                    self.store.take_over(command.txn_id)
+                continue
             delay = config.recover_delay_micros if home else config.recover_delay_other_micros
             delay = min(
                 delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros

@@ -176,6 +176,10 @@ class SidecarConfig(BaseSettings):
     journal_dir: Path
     journal_fsync: bool = True
     store: Literal["memory", "cassandra"] = "memory"
+    # One replica per shard writes each transaction (the others learn it did) when every
+    # replica's store is the same Cassandra; unset means: yes for store cassandra, no for
+    # memory (each embedded sidecar has its own). See docs/sidecars.md, "One writer".
+    shared_storage: bool | None = None
     cassandra: CassandraSettings = Field(default_factory=CassandraSettings)
     # Tables for the memory store: {"ks.t": {"partition_key": [[name, type]], "columns": [...]}}
     tables: dict[str, dict[str, list[list[str]]]] = Field(default_factory=dict)
@@ -244,6 +248,10 @@ class SidecarConfig(BaseSettings):
             except ValueError as error:
                 raise ValueError(f"peer {node}: {error}") from None
         return value
+
+    @property
+    def shared_storage_enabled(self) -> bool:
+        return self.store == "cassandra" if self.shared_storage is None else self.shared_storage
 
     @field_validator("planted_bugs")
     @classmethod
@@ -362,6 +370,10 @@ class SidecarConfig(BaseSettings):
                 )
         if self.store == "memory" and not self.tables:
             raise ValueError("store: memory needs tables (their columns and types)")
+        if self.store == "memory" and self.shared_storage:
+            raise ValueError(
+                "shared_storage: true needs store: cassandra (each memory store is private)"
+            )
         if self.metrics_listen is not None:
             for name, other in (("listen", self.listen), ("peer_listen", self.peer_listen)):
                 if other is not None and _same_port(self.metrics_listen, other):

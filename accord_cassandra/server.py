@@ -354,6 +354,7 @@ def node_config(config: SidecarConfig) -> NodeConfig:
         preaccept_timeout_micros=timing.preaccept_timeout_ms * 1000,
         client_timeout_micros=timing.client_timeout_ms * 1000,
         reorder_buffer_micros=timing.reorder_buffer_ms * 1000,
+        shared_storage=config.shared_storage_enabled,
     )
 
 

@@ -91,8 +91,19 @@ class CommandStore:
         now_micros: Callable[[], int],
         preaccept_timeout_micros: int,
         bugs: Bugs = NO_BUGS,
+        shared_storage: bool = False,
     ) -> None:
         self.node_id = node_id
+        # Every replica's data store is one and the same (the sidecars' Cassandra): one
+        # replica per shard writes, the others learn that it did (see _maybe_execute).
+        self.shared_storage = shared_storage
+        # Txns this replica wrote under shared storage, for the node to tell the others.
+        self.written: list[TxnId] = []
+        # Txns that became Applied, for the node to answer Apply waiters; and txns found
+        # covered by another replica's writes, applied by settle() (not recursively: a
+        # long chain of waiting txns would otherwise nest one call per txn).
+        self.applied_ids: list[TxnId] = []
+        self.to_apply: list[Command] = []
         self.topology = topology
         self._mint = mint
         self._now = now_micros
@@ -676,9 +687,57 @@ class CommandStore:
             and (command.chosen or self.bugs.write_before_durable)
         ):
             assert command.writes is not None
+            if self.shared_storage and not self._writes_here(command):
+                # Another replica writes: applied here once it says so (_covered).
+                if self._covered(command):
+                    command.writing = True
+                    self.to_apply.append(command)
+                return
             writes = tuple(w for w in command.writes if self.owns(w.key))
             command.writing = True
             self.data_writes.append(DataWrite(command.txn_id, command.execute_at, writes))
+
+    def writer_of(self, txn_id: TxnId, replicas: tuple[int, ...]) -> int:
+        """The replica of a shard that writes ``txn_id`` under shared storage: its original
+        coordinator if that is a replica (it holds the outcome first), else one chosen by
+        the id, so that every replica agrees without a message."""
+        if txn_id.node in replicas:
+            return txn_id.node
+        return replicas[txn_id.hlc % len(replicas)]
+
+    def _writes_here(self, command: Command) -> bool:
+        if command.take_over:
+            return True
+        assert command.txn is not None
+        return any(
+            self.writer_of(command.txn_id, shard.replicas) == self.node_id
+            for shard in self.topology.shards_for(self.owned_keys(command.txn.keys))
+        )
+
+    def _covered(self, command: Command) -> bool:
+        """Whether every shard of ours has had the txn's writes written by one of its
+        replicas (a writer writes every key it owns)."""
+        assert command.txn is not None
+        return all(
+            any(n in command.written_from for n in shard.replicas)
+            for shard in self.topology.shards_for(self.owned_keys(command.txn.keys))
+        )
+
+    def written_by(self, txn_id: TxnId, node: int, ballot: Ballot) -> None:
+        """``node`` wrote the chosen outcome of ``txn_id`` (proposed under ``ballot``) for
+        every key it owns, at the data store's write consistency."""
+        command = self.command(txn_id)
+        command.written_from.add(node)
+        if command.status is Status.PRE_APPLIED and not command.chosen:
+            self.outcome_durable(txn_id, ballot)
+        elif command.status is Status.PRE_APPLIED:
+            self._maybe_execute(command)
+
+    def take_over(self, txn_id: TxnId) -> None:
+        """The writer said nothing for a while: write the outcome here (idempotent)."""
+        command = self.commands[txn_id]
+        command.take_over = True
+        self._maybe_execute(command)
 
     def write_done(self, txn_id: TxnId) -> None:
         command = self.commands[txn_id]
@@ -689,6 +748,22 @@ class CommandStore:
             command.status.name,
         )
         command.writing = False
+        if self.shared_storage:
+            command.written_from.add(self.node_id)
+            self.written.append(txn_id)
+        self._applied(command)
+
+    def settle(self) -> None:
+        """Apply the txns whose writes other replicas made (shared storage)."""
+        while self.to_apply:
+            command = self.to_apply.pop(0)
+            if command.status is Status.PRE_APPLIED:
+                command.writing = False
+                self._applied(command)
+
+    def _applied(self, command: Command) -> None:
+        txn_id = command.txn_id
+        self.applied_ids.append(txn_id)
         command.status = Status.APPLIED
         command.waiting_on = None
         self._persist(command)

@@ -185,12 +185,14 @@ class ApplyOk:
 @dataclass(frozen=True, slots=True)
 class OutcomeDurable:
     """The outcome this replica acknowledged under ``ballot`` is journaled by a quorum of
-    every shard: it can never change, so its writes may reach the data store."""
+    every shard: it can never change, so its writes may reach the data store. ``written``
+    (shared storage): the sender also wrote them, for every key it owns."""
 
     has_side_effects: ClassVar[bool] = False
     cid: int
     txn_id: TxnId
     ballot: Ballot
+    written: bool = False
 
 
 @dataclass(frozen=True, slots=True)

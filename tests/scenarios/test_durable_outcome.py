@@ -9,6 +9,8 @@ over a store every replica shares (docs/accord.md, "Writes wait for a durable ou
 
 from __future__ import annotations
 
+from typing import Any
+
 from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Apply, ApplyOk, PreAccept, PreAcceptOk
 from accord.primitives import BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
@@ -24,8 +26,8 @@ def add(amount: int) -> Txn:
     )
 
 
-def shared_net(bugs: Bugs = NO_BUGS) -> Net:
-    net = Net(bugs=bugs)
+def shared_net(bugs: Bugs = NO_BUGS, **options: Any) -> Net:
+    net = Net(bugs=bugs, **options)
     shared = net.data[1]
     for node_id in net.nodes:
         net.data[node_id] = shared
@@ -114,3 +116,44 @@ def test_planted_write_before_durable_is_a_double_apply() -> None:
     recovered = net.nodes[2].store.commands[txn_id].writes
     original = net.nodes[1].store.commands[txn_id].writes
     assert recovered != original
+
+
+# ---------------------------------------------------------------------------- one writer
+
+
+def test_shared_storage_writes_each_row_once() -> None:
+    # Every replica shares the store, so one of them writes (the coordinator's own) and
+    # the others apply once it says it did: one store write per row, not one per replica.
+    net = shared_net(shared_storage=True)
+    txn_ids = [net.nodes[n].submit(n, add(n)) for n in (1, 2, 3)]
+    for node_id in net.nodes:
+        net.flush(node_id)
+    net.settle()
+    for _ in range(3):
+        net.tick(300_000)
+        net.settle()
+    assert sum(net.writes_done.values()) == 3
+    assert {n for n, count in net.writes_done.items() if count} == {1, 2, 3}
+    for txn_id in txn_ids:
+        for node_id in net.nodes:
+            assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+    assert sorted(net.data[1][A][1]) == [1, 2, 3]
+
+
+def test_a_silent_writer_is_taken_over() -> None:
+    # The coordinator, the designated writer, never finishes its write: after the progress
+    # log's delay the others write the chosen outcome themselves (idempotent by executeAt).
+    net = shared_net(shared_storage=True, hold_writes={1}, recover_delay_micros=1_000_000)
+    txn_id = net.nodes[1].submit(1, add(5))
+    net.flush(1)
+    net.settle()
+    assert A not in net.data[1]
+    for node_id in (2, 3):
+        command = net.nodes[node_id].store.commands[txn_id]
+        assert command.status is Status.PRE_APPLIED and command.chosen
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.settle()
+    assert net.data[1][A][1] == (5,)
+    for node_id in (2, 3):
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED

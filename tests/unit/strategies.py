@@ -229,7 +229,7 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
             ballot=ts,
             chosen=st.booleans(),
         ),
-        OutcomeDurable: st.builds(OutcomeDurable, **common, ballot=ts),
+        OutcomeDurable: st.builds(OutcomeDurable, **common, ballot=ts, written=st.booleans()),
         CommitInvalidate: st.builds(CommitInvalidate, **common),
         InformDurable: st.builds(InformDurable, **common),
         BeginRecovery: st.builds(BeginRecovery, **common, txn=txns(), route=routes(), ballot=ts),
