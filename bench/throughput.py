@@ -170,7 +170,8 @@ async def _measure(
                 for name in (*WORKLOADS[shift:], *WORKLOADS[:shift]):
                     done += 1
                     note(f"[{done}/{total}] {name}, {inflight} in flight")
-                    writes_before = await _store_writes(metrics)
+                    # Settled first: the replicas may still apply the previous run's writes.
+                    writes_before = await _settled_store_writes(metrics)
                     result, cpu = await _timed(
                         operations[name],
                         inflight,
