@@ -523,6 +523,8 @@ class Sidecar:
                 journal.replay(), lambda key: topology.owns(config.node_id, key)
             )
             logger.info("memory store rebuilt from %d applied transactions", restored)
+        if config.planted_bugs:
+            logger.warning("planted bugs active (tests only): %s", ", ".join(config.planted_bugs))
         self.host = SidecarHost(
             config.node_id,
             topology,
