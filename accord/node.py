@@ -105,7 +105,8 @@ class NodeConfig:
     hlc_reserve_micros: int = 1_000_000
     # Every replica shares one data store (the sidecars' Cassandra): one replica per shard
     # writes each outcome and tells the others, which take over after
-    # recover_delay_other_micros if it stays silent. False: every replica writes its own store (the simulator, Maelstrom).
+    # recover_delay_other_micros if it stays silent. False: every replica writes its own
+    # store (the simulator, Maelstrom).
     shared_storage: bool = False
 
     def __post_init__(self) -> None:
