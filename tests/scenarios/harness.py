@@ -33,6 +33,8 @@ class Net:
     # data writes each node's store executed.
     hold_writes: set[int] = field(default_factory=set)
     writes_done: dict[int, int] = field(default_factory=dict)
+    # (node, txn) of every data read a node's store served.
+    reads_done: list[tuple[int, TxnId]] = field(default_factory=list)
     clock: ManualClock = field(default_factory=ManualClock)
     nodes: dict[int, Node] = field(default_factory=dict)
     journals: dict[int, list[JournalRecord]] = field(default_factory=dict)
@@ -82,6 +84,7 @@ class Net:
             # Data work finishes after advance(): what it sends belongs to the next round.
             node.advance(ready)
             for read in ready.reads:
+                self.reads_done.append((node_id, read.txn_id))
                 cells = self.data[node_id]
                 node.read_done(
                     read.txn_id, {k: cells[k][1] if k in cells else None for k in read.keys}

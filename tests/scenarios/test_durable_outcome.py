@@ -13,7 +13,7 @@ from typing import Any
 
 from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Apply, ApplyOk, PreAccept, PreAcceptOk
-from accord.primitives import BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
 from tests.scenarios.harness import Net, of_type
 
 A = sim_key("a")
@@ -157,3 +157,48 @@ def test_a_silent_writer_is_taken_over() -> None:
     assert net.data[1][A][1] == (5,)
     for node_id in (2, 3):
         assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+
+
+def test_recovery_re_proposes_a_journaled_outcome_and_fences_the_old_one() -> None:
+    # Node 1 journaled the outcome; its Applies to 2 and 3 are late. A recovery that hears
+    # from node 1 adopts that outcome under its own ballot (no second execution), and the
+    # original coordinator's late Apply is refused where the recovery was promised.
+    from accord.messages import BeginRecovery, Nack
+
+    net = shared_net()
+    _coordinator_dies_after_journaling(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    late = net.take(of_type(Apply, src=1))
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    net.deliver(of_type(BeginRecovery))
+    net.settle()
+    # The only read of the txn was the original coordinator's own.
+    assert [n for n, t in net.reads_done if t == txn_id] == [1]
+    for node_id in net.nodes:
+        command = net.nodes[node_id].store.commands[txn_id]
+        assert command.status is Status.APPLIED
+        assert command.accepted > BALLOT_ZERO  # re-proposed under the recovery's ballot
+    assert net.data[1][A][1] == (7,)
+    net.inflight.extend(e for e in late if e.dest == 3)
+    net.deliver(of_type(Apply, dest=3))
+    # Already applied there: acknowledged, nothing changes.
+    assert not net.take(of_type(Nack, src=3))
+    assert net.data[1][A][1] == (7,)
+
+
+def test_a_proposal_under_a_lower_ballot_is_refused_after_a_promise() -> None:
+    from accord.messages import BeginRecovery, Nack
+
+    net = shared_net()
+    _coordinator_dies_after_journaling(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    late = net.take(of_type(Apply, src=1, dest=3))
+    net.drop(lambda e: e.src == 1 or e.dest == 1)
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    net.deliver(of_type(BeginRecovery, dest=3))  # node 3 promises the recovery's ballot
+    net.inflight.extend(late)
+    net.deliver(of_type(Apply, src=1, dest=3))
+    assert len(net.take(of_type(Nack, src=3, dest=1))) == 1
+    assert net.nodes[3].store.commands[txn_id].status is not Status.PRE_APPLIED
