@@ -46,6 +46,7 @@ from accord.messages import (
     InvalidateOk,
     Message,
     Nack,
+    OutcomeDurable,
     PreAccept,
     PreAcceptOk,
     ReadOk,
@@ -104,6 +105,11 @@ class NodeConfig:
     reorder_buffer_micros: int = 0
     reorder_buffer_max: int = 10_000
     hlc_reserve_micros: int = 1_000_000
+    # Every replica shares one data store (the sidecars' Cassandra): one replica per shard
+    # writes each outcome and tells the others, which take over after
+    # recover_delay_other_micros if it stays silent. False: every replica writes its own
+    # store (the simulator, Maelstrom).
+    shared_storage: bool = False
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -169,6 +175,7 @@ class Node:
             now_micros=clock.now_micros,
             preaccept_timeout_micros=self.config.preaccept_timeout_micros,
             bugs=bugs,
+            shared_storage=self.config.shared_storage,
         )
         # Restoring re-derives state, so there is nothing new to persist; the data work it
         # re-issues (writes a crash interrupted; idempotent by executeAt) stays queued.
@@ -287,8 +294,23 @@ class Node:
     def write_done(self, txn_id: TxnId) -> None:
         """The data write requested by a ``DataWrite`` is durable."""
         self.store.write_done(txn_id)
-        for src, cid in self._apply_waiters.pop(txn_id, ()):
-            self._send(src, ApplyOk(cid, txn_id))
+        self._after_applied()
+
+    def _after_applied(self) -> None:
+        store = self.store
+        store.settle()
+        for txn_id in store.written:
+            command = store.commands[txn_id]
+            if command.route is None:
+                continue
+            for node in self.topology.replicas_of(command.route.keys):
+                if node != self.node_id:
+                    self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
+        store.written.clear()
+        for txn_id in store.applied_ids:
+            for src, cid in self._apply_waiters.pop(txn_id, ()):
+                self._send(src, ApplyOk(cid, txn_id))
+        store.applied_ids.clear()
 
     # ------------------------------------------------------------------ outputs
 
@@ -304,6 +326,9 @@ class Node:
             or store.data_writes
             or store.read_replies
             or store.changed
+            or store.to_apply
+            or store.written
+            or store.applied_ids
         )
 
     def ready(self) -> Ready:
@@ -321,11 +346,16 @@ class Node:
         )
         while True:
             self._drain_local()
+            self._after_applied()
             for txn_id, reader_node, reader_cid in self.store.read_replies:
                 command = self.store.commands[txn_id]
                 done = check_not_none(command.writes, "read reply for %s without writes", txn_id)
                 result = check_not_none(command.result, "read reply for %s without result", txn_id)
-                self._send(reader_node, ReadRedundant(reader_cid, txn_id, done, result))
+                chosen = command.chosen or command.status is Status.APPLIED
+                self._send(
+                    reader_node,
+                    ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
+                )
             self.store.read_replies.clear()
             if not self._local:
                 break
@@ -400,7 +430,7 @@ class Node:
         elif isinstance(body, Commit):
             reply = self._on_commit(src, body)
         elif isinstance(body, Apply):
-            store.apply(
+            applied = store.apply(
                 body.txn_id,
                 body.txn,
                 body.route,
@@ -408,13 +438,25 @@ class Node:
                 body.deps,
                 body.writes,
                 body.result,
+                ballot=body.ballot,
+                chosen=body.chosen,
             )
-            if store.commands[body.txn_id].status is Status.APPLIED:
-                reply = ApplyOk(body.cid, body.txn_id)
+            if isinstance(applied, Refused):
+                reply = self._nack(body.cid, body.txn_id, applied)
+            elif store.commands[body.txn_id].status is Status.APPLIED:
+                reply = ApplyOk(body.cid, body.txn_id, applied=True)
             else:
+                # Journaled (the journal takes it before this reply leaves); a second
+                # ApplyOk follows once the writes are in the data store.
+                reply = ApplyOk(body.cid, body.txn_id, applied=False)
                 waiters = self._apply_waiters.setdefault(body.txn_id, [])
                 if (src, body.cid) not in waiters:
                     waiters.append((src, body.cid))
+        elif isinstance(body, OutcomeDurable):
+            if body.written:
+                store.written_by(body.txn_id, src, body.ballot)
+            else:
+                store.outcome_durable(body.txn_id, body.ballot)
         elif isinstance(body, CommitInvalidate):
             store.commit_invalidate(body.txn_id)
         elif isinstance(body, InformDurable):
@@ -453,7 +495,10 @@ class Node:
         if body.read:
             state = self.store.read(body.txn_id, src, body.cid)
             if state.writes is not None and state.result is not None:
-                return ReadRedundant(body.cid, body.txn_id, state.writes, state.result)
+                ballot = check_not_none(state.ballot, "outcome of %s without a ballot", body.txn_id)
+                return ReadRedundant(
+                    body.cid, body.txn_id, state.writes, state.result, ballot, state.chosen
+                )
         return None if body.stable else CommitOk(body.cid, body.txn_id)
 
     @staticmethod
@@ -563,7 +608,11 @@ class Node:
             command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
                 self._reply(request, "invalidated", None)
-            elif command.status >= Status.PRE_APPLIED and command.result is not None:
+            elif (
+                command.status is Status.APPLIED
+                or (command.status is Status.PRE_APPLIED and command.chosen)
+            ) and command.result is not None:
+                # Only a chosen outcome: one merely proposed may yet be replaced.
                 self._reply(request, "ok", command.result)
 
     def _expire_clients(self, now: int) -> None:
@@ -600,6 +649,13 @@ class Node:
                 # and are taken up here themselves.
                 continue
             home = command.route is not None and self.store.owns(command.route.home_key)
+            if command.status is Status.PRE_APPLIED and command.chosen:
+                # Chosen and executable, so only the shared store's writer is awaited. Its
+                # write may just be slow: taking over early costs a second write (a quick
+                # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
+                if now - command.last_progress_micros >= config.recover_delay_other_micros:
+                    self.store.take_over(command.txn_id)
+                continue
             delay = config.recover_delay_micros if home else config.recover_delay_other_micros
             delay = min(
                 delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
@@ -653,7 +709,10 @@ class Node:
             command.last_progress_micros = now
             coordinator = self._new_coordinator(txn_id, command.txn, command.route)
             self._progress_cids.add(coordinator.cid)
-            coordinator.start_persist(execute_at, command.deps, writes, result)
+            # Applied here, so chosen: re-sent as such, whatever the others promised.
+            coordinator.start_persist(
+                execute_at, command.deps, writes, result, ballot=command.accepted, chosen=True
+            )
             budget -= 1
             if budget <= 0:
                 self.stats.progress_deferred += 1

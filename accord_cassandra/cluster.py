@@ -22,7 +22,6 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from accord_cassandra.datastore import accord_tables_cql
 from accord_cassandra.ports import read_json, write_json_atomically
 
 BANK_TABLES = {
@@ -32,9 +31,6 @@ BANK_SCHEMA_CQL = (
     "CREATE KEYSPACE IF NOT EXISTS bank WITH replication = "
     "{'class': 'SimpleStrategy', 'replication_factor': 3}",
     "CREATE TABLE IF NOT EXISTS bank.accounts (id text PRIMARY KEY, balance bigint)",
-    # The sidecars' own tables (see accord_cassandra.datastore). They would create them,
-    # but creating them up front spares their start-up wait.
-    *accord_tables_cql("bank"),
 )
 
 

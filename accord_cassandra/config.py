@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from accord.testing import Bugs
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.host import (
@@ -198,6 +200,10 @@ class SidecarConfig(BaseSettings):
     journal_dir: Path
     journal_fsync: bool = True
     store: Literal["memory", "cassandra"] = "memory"
+    # One replica per shard writes each transaction (the others learn it did) when every
+    # replica's store is the same Cassandra; unset means: yes for store cassandra, no for
+    # memory (each embedded sidecar has its own). See docs/sidecars.md, "One writer".
+    shared_storage: bool | None = None
     cassandra: CassandraSettings = Field(default_factory=CassandraSettings)
     # Tables for the memory store: {"ks.t": {"partition_key": [[name, type]], "columns": [...]}}
     tables: dict[str, dict[str, list[list[str]]]] = Field(default_factory=dict)
@@ -233,6 +239,9 @@ class SidecarConfig(BaseSettings):
     # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
     # refused, since the HLC would follow it for good.
     max_clock_skew_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Deliberately broken protocol variants (names of accord.testing.Bugs fields), for proving that
+    # tests catch them. Never set outside tests: each one breaks strict serializability.
+    planted_bugs: list[str] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -265,6 +274,19 @@ class SidecarConfig(BaseSettings):
                 _host_of(address)
             except ValueError as error:
                 raise ValueError(f"peer {node}: {error}") from None
+        return value
+
+    @property
+    def shared_storage_enabled(self) -> bool:
+        return self.store == "cassandra" if self.shared_storage is None else self.shared_storage
+
+    @field_validator("planted_bugs")
+    @classmethod
+    def _bugs(cls, value: list[str]) -> list[str]:
+        known = {f.name for f in dataclasses.fields(Bugs)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown {unknown}; known: {sorted(known)}")
         return value
 
     @field_validator("client_token")
@@ -375,6 +397,10 @@ class SidecarConfig(BaseSettings):
                 )
         if self.store == "memory" and not self.tables:
             raise ValueError("store: memory needs tables (their columns and types)")
+        if self.store == "memory" and self.shared_storage:
+            raise ValueError(
+                "shared_storage: true needs store: cassandra (each memory store is private)"
+            )
         if self.metrics_listen is not None:
             for name, other in (("listen", self.listen), ("peer_listen", self.peer_listen)):
                 if other is not None and _same_port(self.metrics_listen, other):

@@ -15,26 +15,14 @@ Both stores obey :class:`accord.api.DataStore`'s contract, asynchronously:
 * a read for a transaction returns the rows as of its executeAt: never what it or a later
   transaction wrote.
 
-That last rule is the reason for the ``accord_history`` table. The sidecars share one copy
-of the data, where Accord assumes each replica has its own. A transaction's writes reach
-Cassandra as soon as *one* replica applies them. If that replica (say its coordinator, which
-applies its own Apply first) dies before the Apply reaches the others, a recovery
-coordinator finds no replica that knows the writes and re-executes the transaction: it reads
-again at executeAt. Against a private copy that read returns the same values (nothing at or
-after executeAt was applied there); against the shared table it returns the transaction's
-own writes, and a bank transfer is applied twice (found by tests/sidecar: a total grew after
-a SIGKILL).
-
-So every write also appends the row's new version to ``accord_history`` (clustered by write
-timestamp, newest first), and a read for a transaction takes the newest version *before*
-its write timestamp: the same answer however late the read comes, which keeps re-execution
-deterministic. Versions expire after :data:`HISTORY_TTL_SECONDS`; a read that finds none
-falls back to the table itself, checking the write timestamp of what it finds: at or after
-the reader's own, it is refused (:class:`ReadTooLate`) and the replica answers that
-transaction only with its outcome, which the replica that applied it has in its journal.
-A row's write timestamp is that of any non-null cell (every write sets every column); a
-deleted or all-null row has none, so such writes first record theirs in ``accord_markers``
-(written before the data, read after it, so a read that sees the data's effect sees it too).
+That last rule holds without any versioned copy of the rows, although the sidecars share
+one copy of the data where Accord assumes each replica has its own: a replica hands a
+transaction's writes to the store only once its outcome is *chosen*, journaled by a
+quorum of every shard it touches, and a recovery coordinator that finds a chosen outcome
+re-proposes it instead of executing again (docs/accord.md, "Writes wait for a durable
+outcome"). So every read that feeds an outcome runs before any write of its transaction or
+of a later conflicting one is in Cassandra. (Earlier versions kept ``accord_history`` and
+``accord_markers`` for re-executions that read their own writes; nothing reads them now.)
 """
 
 from __future__ import annotations
@@ -43,8 +31,6 @@ import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
-
-import msgpack
 
 from accord import Key, Status, Timestamp, WriteOp
 from accord.api import CommandSnapshot
@@ -82,40 +68,15 @@ def write_timestamp(execute_at: Timestamp) -> int:
     )
 
 
-MARKER_TABLE = "accord_markers"
-HISTORY_TABLE = "accord_history"
-# Recovery re-executes a transaction within seconds of its coordinator's failure; a day of
-# versions leaves room for a replica that stays down much longer.
-HISTORY_TTL_SECONDS = 24 * 3600
-ACCORD_TABLES = (MARKER_TABLE, HISTORY_TABLE)
-
-
-def accord_tables_cql(keyspace: str) -> list[str]:
-    """The sidecars' own tables in a served keyspace (see the module docstring)."""
-    return [
-        f'CREATE TABLE IF NOT EXISTS "{keyspace}"."{MARKER_TABLE}" '
-        "(key text PRIMARY KEY, stamp bigint)",
-        f'CREATE TABLE IF NOT EXISTS "{keyspace}"."{HISTORY_TABLE}" '
-        "(key text, stamp bigint, row blob, PRIMARY KEY (key, stamp)) "
-        f"WITH CLUSTERING ORDER BY (stamp DESC) AND default_time_to_live = {HISTORY_TTL_SECONDS}",
-    ]
-
-
-def encode_row(value: object) -> bytes | None:
-    """A row value (tuple of cells, or None when deleted) for the history table."""
-    return None if value is None else msgpack.packb(list(value), use_bin_type=True)  # type: ignore[call-overload]
-
-
-def decode_row(data: bytes | None) -> object:
-    return None if data is None else tuple(msgpack.unpackb(data, raw=False))
-
-
-class ReadTooLate(RuntimeError):
-    """A read found data written at or after the reading transaction's executeAt: the
-    transaction (or a later one) was applied already, so this read cannot be answered."""
+# Left in served keyspaces by earlier versions (see the module docstring): never served.
+LEGACY_TABLES = ("accord_markers", "accord_history")
 
 
 class AsyncDataStore(Protocol):
+    # Row writes executed so far (Cassandra statements, or cells set in memory): the cost
+    # the bench reports per Accord row write (accord_store_writes_total).
+    writes_executed: int
+
     async def read(self, keys: Sequence[Key], execute_at: Timestamp) -> dict[Key, object]: ...
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None: ...
@@ -128,6 +89,7 @@ class MemoryDataStore:
 
     def __init__(self) -> None:
         self.cells: dict[Key, tuple[int, object]] = {}
+        self.writes_executed = 0
 
     def restore(self, records: Sequence[object], owns: Callable[[Key], bool]) -> int:
         """Re-apply the writes of every transaction the journal says was applied here.
@@ -155,6 +117,7 @@ class MemoryDataStore:
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         self._apply(writes, execute_at)
+        self.writes_executed += len(writes)
 
     def _apply(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         stamp = write_timestamp(execute_at)
@@ -188,6 +151,7 @@ class CassandraDataStore:
         self.catalog = catalog
         self.consistency = ConsistencyLevel.name_to_value[consistency]
         self._prepared: dict[tuple[str, str], Any] = {}
+        self.writes_executed = 0
 
     def _statement(self, table: TableSchema, kind: str) -> Any:
         cached = self._prepared.get((table.qualified, kind))
@@ -197,10 +161,9 @@ class CassandraDataStore:
         columns = [name for name, _ in table.columns]
         target = f'"{table.keyspace}"."{table.table}"'
         if kind == "select":
-            # Each column, then each column's write timestamp (null for a null cell).
-            selected = ", ".join(
-                [f'"{c}"' for c in columns] + [f'WRITETIME("{c}")' for c in columns]
-            ) or ", ".join(f'"{name}"' for name, _ in table.partition_key)
+            selected = ", ".join(f'"{c}"' for c in columns) or ", ".join(
+                f'"{name}"' for name, _ in table.partition_key
+            )
             cql = f"SELECT {selected} FROM {target} WHERE {key_where}"
         elif kind == "insert":
             names = [name for name, _ in table.partition_key] + columns
@@ -209,23 +172,8 @@ class CassandraDataStore:
             cql = f"INSERT INTO {target} ({quoted}) VALUES ({markers}) USING TIMESTAMP ?"
         elif kind == "delete":
             cql = f"DELETE FROM {target} USING TIMESTAMP ? WHERE {key_where}"
-        elif kind == "history":
-            cql = (
-                f'SELECT row FROM "{table.keyspace}"."{HISTORY_TABLE}" '
-                "WHERE key = ? AND stamp < ? LIMIT 1"
-            )
-        elif kind == "version":
-            cql = (
-                f'INSERT INTO "{table.keyspace}"."{HISTORY_TABLE}" (key, stamp, row) '
-                "VALUES (?, ?, ?) USING TIMESTAMP ?"
-            )
-        elif kind == "mark":
-            cql = (
-                f'INSERT INTO "{table.keyspace}"."{MARKER_TABLE}" (key, stamp) '
-                "VALUES (?, ?) USING TIMESTAMP ?"
-            )
         else:
-            cql = f'SELECT stamp FROM "{table.keyspace}"."{MARKER_TABLE}" WHERE key = ?'
+            raise ValueError(f"unknown statement kind {kind!r}")
         statement = self.session.prepare(cql)
         statement.consistency_level = self.consistency
         self._prepared[(table.qualified, kind)] = statement
@@ -236,55 +184,24 @@ class CassandraDataStore:
         return [_to_driver(t, v) for (_, t), v in zip(table.partition_key, values, strict=True)]
 
     async def read(self, keys: Sequence[Key], execute_at: Timestamp) -> dict[Key, object]:
-        stamp = write_timestamp(execute_at)
-
         async def one(key: Key) -> tuple[Key, object]:
             table = self.catalog.for_key(key)
-            versions = await _execute(
-                self.session, self._statement(table, "history"), [key.name, stamp]
-            )
-            if versions:
-                return key, decode_row(versions[0][0])
-            # No version before this read: never written through Accord, or expired.
             rows = await _execute(
                 self.session, self._statement(table, "select"), self._key_values(table, key)
             )
-            width = len(table.columns)
-            value = None
-            written: int | None = None
-            if rows:
-                row = rows[0]
-                value = tuple(_from_driver(row[i]) for i in range(width))
-                stamps = [row[width + i] for i in range(width) if row[width + i] is not None]
-                written = max(stamps) if stamps else None
-            if written is None:
-                # Deleted, never written, or all nulls: the marker holds the timestamp.
-                marks = await _execute(self.session, self._statement(table, "marked"), [key.name])
-                written = marks[0][0] if marks else None
-            if written is not None and written >= stamp:
-                raise ReadTooLate(
-                    f"{key.name}: written at {written}, not before this read's {stamp}"
-                )
-            return key, value
+            if not rows:
+                return key, None
+            return key, tuple(_from_driver(rows[0][i]) for i in range(len(table.columns)))
 
         return dict(await asyncio.gather(*(one(k) for k in keys)))
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         stamp = write_timestamp(execute_at)
-        marks, data = [], []
+        data = []
         for write in writes:
             table = self.catalog.for_key(write.key)
             key_values = self._key_values(table, write.key)
-            version = None if write.delete else write.value
-            data.append(
-                _execute(
-                    self.session,
-                    self._statement(table, "version"),
-                    [write.key.name, stamp, encode_row(version), stamp],
-                )
-            )
             if write.delete or write.value is None:
-                marks.append(self._mark(table, write.key, stamp))
                 data.append(
                     _execute(self.session, self._statement(table, "delete"), [stamp, *key_values])
                 )
@@ -294,22 +211,14 @@ class CassandraDataStore:
                 raise ValueError(
                     f"{table.qualified}: a row needs {len(table.columns)} values, got {row!r}"
                 )
-            if all(cell is None for cell in row):
-                marks.append(self._mark(table, write.key, stamp))
             values = [_to_driver(t, v) for (_, t), v in zip(table.columns, row, strict=True)]
             data.append(
                 _execute(
                     self.session, self._statement(table, "insert"), [*key_values, *values, stamp]
                 )
             )
-        # Markers strictly before the data they describe; the version and the row together
-        # (a reader after this replica applied the write finds the version, see above).
-        await asyncio.gather(*marks)
         await asyncio.gather(*data)
-
-    def _mark(self, table: TableSchema, key: Key, stamp: int) -> Any:
-        # The stamp is also the cell's timestamp: last-write-wins keeps the highest.
-        return _execute(self.session, self._statement(table, "mark"), [key.name, stamp, stamp])
+        self.writes_executed += len(data)
 
     async def close(self) -> None:
         return None
@@ -357,7 +266,7 @@ def tables_from_cluster(
         if keyspace is None:
             raise ValueError(f"keyspace {name!r} does not exist in Cassandra")
         for table in keyspace.tables.values():
-            if table.name in ACCORD_TABLES:
+            if table.name in LEGACY_TABLES:
                 continue
             qualified = f"{name}.{table.name}"
             if table.clustering_key:

@@ -33,7 +33,8 @@ from accord.api import DataRead, DataWrite, JournalRecord
 from accord.invariants import AccordError
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits, validate
-from accord_cassandra.datastore import AsyncDataStore, ReadTooLate
+from accord.testing import Bugs
+from accord_cassandra.datastore import AsyncDataStore
 from accord_cassandra.journal import FileJournal
 from accord_cassandra.metrics import commit_latency_histogram
 
@@ -218,7 +219,6 @@ class HostMetrics:
     commits: dict[str, int] = field(default_factory=dict)
     commit_latency: Histogram = field(default_factory=commit_latency_histogram)
     data_retries: int = 0
-    reads_too_late: int = 0
     batches: int = 0
     refused: int = 0
 
@@ -242,6 +242,7 @@ class SidecarHost:
         limits: MessageLimits | None = None,
         check_data: Callable[[Envelope], None] | None = None,
         admission: Admission | None = None,
+        bugs: Bugs | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -253,6 +254,7 @@ class SidecarHost:
             WallClock(),
             random.Random(seed if seed is not None else time.time_ns()),
             config=config,
+            bugs=bugs or Bugs(),
             journal=records,
         )
         self.metrics = HostMetrics()
@@ -511,13 +513,6 @@ class SidecarHost:
                 return
             except asyncio.CancelledError:
                 raise
-            except ReadTooLate as error:
-                # The transaction was applied already (by a replica sharing the data): this
-                # replica answers its readers with the outcome once it learns it, never
-                # with what it would read now (see accord_cassandra.datastore).
-                self.metrics.reads_too_late += 1
-                logger.info("read for txn_id=%s dropped: %s", op.txn_id, error)
-                return
             except Exception:
                 self.metrics.data_retries += 1
                 logger.warning(

@@ -79,9 +79,9 @@ class SidecarCollector(Collector):
             "accord_data_retries", "Data-store operations retried", host.metrics.data_retries
         )
         yield _counter(
-            "accord_reads_too_late",
-            "Reads answered by a later write's outcome",
-            host.metrics.reads_too_late,
+            "accord_store_writes",
+            "Row writes the data store executed (Cassandra statements, or memory cells)",
+            host.store.writes_executed,
         )
         yield _gauge(
             "accord_pending_clients", "Client transactions in flight", host.pending_clients()

@@ -30,14 +30,13 @@ from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
 from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
+from accord.testing import Bugs
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
-    ACCORD_TABLES,
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
     MemoryDataStore,
-    accord_tables_cql,
     tables_from_cluster,
 )
 from accord_cassandra.errors import AccordCassandraError
@@ -76,7 +75,6 @@ RECONNECT_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
-ACCORD_TABLES_WAIT_SECONDS = 30.0
 
 
 # Error details travel in a gRPC header (percent-encoded, so up to 3x longer): an error
@@ -371,32 +369,6 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
     return cluster, cluster.connect()
 
 
-def _ensure_accord_tables(cluster: Any, session: Any, config: SidecarConfig) -> None:
-    """Create each served keyspace's history and marker tables (see
-    accord_cassandra.datastore) if missing.
-
-    Only the sidecar with the lowest id creates them: concurrent CREATE TABLE IF NOT EXISTS
-    from several clients can leave Cassandra 5.0 with two table ids for one table. The
-    others wait for them to appear, and create them only if they never do (the lowest
-    sidecar may be down for good).
-    """
-    first = config.node_id == min(config.peers)
-    for keyspace in config.cassandra.keyspaces:
-        deadline = time.monotonic() + (0 if first else ACCORD_TABLES_WAIT_SECONDS)
-        while True:
-            found = cluster.metadata.keyspaces.get(keyspace)
-            if found is not None and all(t in found.tables for t in ACCORD_TABLES):
-                break
-            if time.monotonic() >= deadline:
-                for statement in accord_tables_cql(keyspace):
-                    logger.info("creating: %s", statement)
-                    session.execute(statement, timeout=60)
-                cluster.refresh_schema_metadata()
-                break
-            time.sleep(0.5)
-            cluster.refresh_keyspace_metadata(keyspace)
-
-
 def node_config(config: SidecarConfig) -> NodeConfig:
     timing = config.timing
     return NodeConfig(
@@ -407,6 +379,7 @@ def node_config(config: SidecarConfig) -> NodeConfig:
         client_timeout_micros=timing.client_timeout_ms * 1000,
         reorder_buffer_micros=timing.reorder_buffer_ms * 1000,
         max_progress_coordinators=config.max_progress_coordinators,
+        shared_storage=config.shared_storage_enabled,
     )
 
 
@@ -529,7 +502,6 @@ class Sidecar:
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
-            await asyncio.to_thread(_ensure_accord_tables, self.cluster, session, config)
             unusable: dict[str, str] = {}
             tables = tables_from_cluster(
                 self.cluster.metadata, config.cassandra.keyspaces, unusable
@@ -575,6 +547,8 @@ class Sidecar:
                 journal.replay(), lambda key: topology.owns(config.node_id, key)
             )
             logger.info("memory store rebuilt from %d applied transactions", restored)
+        if config.planted_bugs:
+            logger.warning("planted bugs active (tests only): %s", ", ".join(config.planted_bugs))
         self.host = SidecarHost(
             config.node_id,
             topology,
@@ -585,6 +559,7 @@ class Sidecar:
             limits=message_limits(config),
             check_data=peer_data_check(catalog),
             admission=admission_control(config),
+            bugs=Bugs(**dict.fromkeys(config.planted_bugs, True)),
         )
         _add_raw_unary(
             peer_server,

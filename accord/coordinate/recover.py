@@ -7,7 +7,7 @@ Reference: Accord ``coordinate/Recover.java`` and accord.md §5. With a quorum o
 highest reply                          decision
 =====================================  ====================================================
 Invalidated                            commit the invalidation
-PreApplied / Applied                   persist the recorded writes
+PreApplied / Applied                   persist the writes (applied, else highest ballot)
 Committed / Stable                     stabilise the committed executeAt and deps, execute
 Accepted (highest accepted ballot)     re-propose that executeAt (deps merged)
 AcceptedInvalidate (highest ballot)    invalidate
@@ -59,7 +59,9 @@ def decide(txn_id: TxnId, shards: tuple[Shard, ...], replies: Mapping[int, Recov
         return Decision(Action.COMMIT_INVALIDATION)
     applied = [r for r in oks if Status.PRE_APPLIED <= r.status <= Status.APPLIED]
     if applied:
-        best = applied[0]
+        # Applied somewhere means chosen; otherwise the outcome proposed under the highest
+        # ballot is the only one that may have been chosen (Paxos phase 1).
+        best = max(applied, key=lambda r: (r.status is Status.APPLIED, r.accepted))
         return Decision(Action.PERSIST, best.execute_at, best.deps, best.writes, best.result)
     committed = [r for r in oks if r.status.is_decided]
     if committed:

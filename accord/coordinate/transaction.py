@@ -46,6 +46,7 @@ from accord.messages import (
     Insufficient,
     InvalidateOk,
     Nack,
+    OutcomeDurable,
     PreAccept,
     PreAcceptOk,
     ReadOk,
@@ -159,6 +160,12 @@ class TransactionCoordinator:
         self.writes: tuple[WriteOp, ...] | None = None
         self.result: TxnResult | None = None
         self.applied: AllTracker | None = None
+        # The outcome's own Paxos round (docs/accord.md, "Writes wait for a durable
+        # outcome"): proposed under persist_ballot, chosen once a quorum of every shard
+        # journaled it.
+        self.journaled: QuorumTracker | None = None
+        self.persist_ballot: Ballot = ballot
+        self.chosen = False
         self.invalidation_shard: Shard | None = None
         self.invalidation_key: Key | None = None
         self.outcome: Outcome | None = None
@@ -183,12 +190,20 @@ class TransactionCoordinator:
         self._broadcast(Phase.RECOVER, body, self.nodes)
 
     def start_persist(
-        self, execute_at: Timestamp, deps: Deps, writes: tuple[WriteOp, ...], result: TxnResult
+        self,
+        execute_at: Timestamp,
+        deps: Deps,
+        writes: tuple[WriteOp, ...],
+        result: TxnResult,
+        *,
+        ballot: Ballot,
+        chosen: bool,
     ) -> None:
-        """Re-send the known outcome to every replica until all have applied it."""
+        """Re-send a known outcome, proposed under ``ballot`` (or ``chosen``), to every
+        replica until all have applied it."""
         self.execute_at = execute_at
         self.deps = deps
-        self._persist(writes, result)
+        self._persist(writes, result, ballot=ballot, chosen=chosen)
 
     def start_invalidation(self, key: Key) -> None:
         """Invalidate a txn known only by id, through the shard that owns ``key``."""
@@ -279,9 +294,11 @@ class TransactionCoordinator:
             self._on_read_ok(src, reply)
         elif isinstance(reply, ReadRedundant):
             if self.phase is Phase.EXECUTE:
-                self._persist(reply.writes, reply.result)
+                # Someone else's proposal (or a chosen outcome): re-sent exactly as it was
+                # proposed, never as ours, which would claim a round we did not run.
+                self._persist(reply.writes, reply.result, ballot=reply.ballot, chosen=reply.chosen)
         elif isinstance(reply, ApplyOk):
-            self._on_apply_ok(src)
+            self._on_apply_ok(src, reply)
         elif isinstance(reply, RecoverOk):
             self._on_recover_ok(src, reply)
         elif isinstance(reply, InvalidateOk):
@@ -297,6 +314,12 @@ class TransactionCoordinator:
         preemption would: someone else decided it, and the decision reaches every replica
         without us (waiting out our retries instead held coordinator slots for nothing).
         """
+        if self.phase is Phase.PERSIST:
+            if not self.chosen and nack.promised > self.persist_ballot:
+                # A recovery coordinator promised a higher ballot before our outcome was
+                # chosen: it decides the outcome now (and finds ours if it could matter).
+                self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+            return
         if self.phase not in (
             Phase.PREACCEPT,
             Phase.ACCEPT,
@@ -520,34 +543,88 @@ class TransactionCoordinator:
     def _compute(self) -> None:
         assert self.txn is not None
         writes, result = execute(self.txn, self.values)
-        self._persist(writes, result)
+        self._persist(writes, result, ballot=self.ballot, chosen=False)
 
     # --- Persist
 
-    def _persist(self, writes: tuple[WriteOp, ...], result: TxnResult) -> None:
+    def _persist(
+        self,
+        writes: tuple[WriteOp, ...],
+        result: TxnResult,
+        *,
+        ballot: Ballot,
+        chosen: bool,
+    ) -> None:
+        """Propose the outcome under ``ballot`` until a quorum of every shard journaled it
+        (then it is chosen: the client may hear it and replicas may write it), and keep
+        sending it until every replica applied it."""
         assert self.txn is not None and self.route is not None and self.execute_at is not None
         self.writes = writes
         self.result = result
+        self.persist_ballot = ballot
         self.applied = AllTracker(self.nodes)
-        body = Apply(
-            self.cid, self.txn_id, self.txn, self.route, self.execute_at, self.deps, writes, result
-        )
-        self._broadcast(Phase.PERSIST, body, self.nodes)
-        # The outcome is decided and durable at a quorum: the client may hear it before
-        # every replica acknowledges (reference: Accord StandardTxnAdapter.persist).
-        self.outcome = Outcome.APPLIED
-        self.host.finished(self, Outcome.APPLIED)
+        self.journaled = QuorumTracker(self.shards)
+        self.chosen = chosen
+        self._broadcast(Phase.PERSIST, self._apply(chosen=chosen), self.nodes)
+        if chosen:
+            self._tell_client()
 
-    def _on_apply_ok(self, src: int) -> None:
+    def _apply(self, *, chosen: bool) -> Apply:
+        assert self.txn is not None and self.route is not None and self.execute_at is not None
+        assert self.writes is not None and self.result is not None
+        return Apply(
+            self.cid,
+            self.txn_id,
+            self.txn,
+            self.route,
+            self.execute_at,
+            self.deps,
+            self.writes,
+            self.result,
+            self.persist_ballot,
+            chosen,
+        )
+
+    def _on_apply_ok(self, src: int, reply: ApplyOk) -> None:
         if self.phase is not Phase.PERSIST:
             return
-        assert self.applied is not None
-        self._answered(src)
+        assert self.applied is not None and self.journaled is not None
+        if not self.chosen:
+            self._answered(src)
+            if self.journaled.success(src) is Progress.SUCCESS:
+                self._on_chosen(self.journaled.responded())
+        if not reply.applied:
+            return
+        if self.pending is not None:
+            self.pending.waiting.discard(src)
         if self.applied.success(src):
             for node in self.nodes:
                 self.host.send(node, InformDurable(self.cid, self.txn_id))
             self.phase = Phase.DONE
             self.pending = None
+
+    def _on_chosen(self, journaled: set[int]) -> None:
+        """The outcome can never change now: tell every replica (those that journaled it
+        need only the ballot), then the client."""
+        assert self.applied is not None
+        self.chosen = True
+        body = self._apply(chosen=True)
+        applied = set(self.nodes) - self.applied.pending
+        self.pending = _Pending(body, {n for n in self.nodes if n not in applied}, self.host.now())
+        for node in self.nodes:
+            if node in applied:
+                continue
+            if node in journaled:
+                self.host.send(node, OutcomeDurable(self.cid, self.txn_id, self.persist_ballot))
+            else:
+                self.host.send(node, body)
+        self._tell_client()
+
+    def _tell_client(self) -> None:
+        # Reference: Accord StandardTxnAdapter.persist answers once the decision is durable
+        # at a quorum; here the outcome itself must be, or it could still be replaced.
+        self.outcome = Outcome.APPLIED
+        self.host.finished(self, Outcome.APPLIED)
 
     # --- Recovery
 
@@ -570,7 +647,9 @@ class TransactionCoordinator:
             assert decision.writes is not None and decision.result is not None
             self.execute_at = decision.execute_at
             self.deps = decision.deps
-            self._persist(decision.writes, decision.result)
+            # Our promises cover a quorum of every shard and this is the outcome proposed
+            # under the highest ballot among them: ours to propose (Paxos phase 2).
+            self._persist(decision.writes, decision.result, ballot=self.ballot, chosen=False)
         elif action is Action.STABILISE:
             assert decision.execute_at is not None
             self._stabilise(decision.execute_at, decision.deps, quorum_first=True)

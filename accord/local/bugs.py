@@ -25,6 +25,7 @@ class Bugs:
     forget_promise_on_restart: bool = False
     fast_vote_ignores_conflicts: bool = False
     witness_any_key: bool = False
+    write_before_durable: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)

@@ -70,6 +70,15 @@ class Command:
     indexed: bool = False
     pruned: bool = False
     durable: bool = False
+    # The outcome held here is journaled by a quorum of every shard (OutcomeDurable, a
+    # chosen Apply, InformDurable): only then may its writes reach the data store. Not
+    # journaled: after a restart the progress log finds out again (recovery re-proposes).
+    chosen: bool = False
+    # Shared storage (NodeConfig.shared_storage): replicas that told us they wrote the
+    # chosen outcome's writes for every shard they replicate, and whether this replica
+    # writes them itself (it is a designated writer, or took over from a silent one).
+    written_from: set[int] = field(default_factory=set)
+    take_over: bool = False
     last_progress_micros: int = 0
     recovery_attempts: int = 0
 

@@ -68,8 +68,19 @@ class CommandStore:
         now_micros: Callable[[], int],
         preaccept_timeout_micros: int,
         bugs: Bugs = NO_BUGS,
+        shared_storage: bool = False,
     ) -> None:
         self.node_id = node_id
+        # Every replica's data store is one and the same (the sidecars' Cassandra): one
+        # replica per shard writes, the others learn that it did (see _maybe_execute).
+        self.shared_storage = shared_storage
+        # Txns this replica wrote under shared storage, for the node to tell the others.
+        self.written: list[TxnId] = []
+        # Txns that became Applied, for the node to answer Apply waiters; and txns found
+        # covered by another replica's writes, applied by settle() (not recursively: a
+        # long chain of waiting txns would otherwise nest one call per txn).
+        self.applied_ids: list[TxnId] = []
+        self.to_apply: list[Command] = []
         self.topology = topology
         self._mint = mint
         self._now = now_micros
@@ -348,7 +359,17 @@ class CommandStore:
         deps: Deps,
         writes: tuple[WriteOp, ...],
         result: TxnResult,
-    ) -> Ok:
+        *,
+        ballot: Ballot = BALLOT_ZERO,
+        chosen: bool = False,
+    ) -> Ok | Refused:
+        """Journal the outcome proposed under ``ballot``, or learn the ``chosen`` one.
+
+        The outcome is a Paxos value of its own (docs/accord.md, "Writes wait for a durable
+        outcome"): a proposal is refused under a higher promise and replaces one accepted
+        under a lower ballot; a chosen outcome is taken whatever was promised. Writes wait
+        until the outcome held here is known chosen.
+        """
         command = self.command(txn_id)
         check_state(
             command.status is not Status.INVALIDATED,
@@ -365,7 +386,29 @@ class CommandStore:
                 execute_at,
                 command.execute_at,
             )
-        if command.status >= Status.PRE_APPLIED:
+        if command.status is Status.APPLIED:
+            return Ok()
+        if not chosen and command.promised > ballot:
+            return Refused(command.promised, command.status)
+        if command.status is Status.PRE_APPLIED:
+            if command.chosen or (not chosen and ballot < command.accepted):
+                # Ours is chosen (any later proposal carries the same outcome), or newer.
+                return Ok()
+            check_state(
+                not command.writing or command.writes == writes,
+                "node %d: txn %s is writing one outcome and was told another",
+                self.node_id,
+                txn_id,
+            )
+            command.writes = writes
+            command.result = result
+            if ballot > command.accepted:
+                command.accepted = ballot
+            if ballot > command.promised:
+                command.promised = ballot
+            command.chosen = command.chosen or chosen
+            self._persist(command)
+            self._maybe_execute(command)
             return Ok()
         self._define(command, txn, route)
         was_stable = command.status is Status.STABLE
@@ -375,6 +418,11 @@ class CommandStore:
             command.deps = deps
         command.writes = writes
         command.result = result
+        if ballot > command.accepted:
+            command.accepted = ballot
+        if ballot > command.promised:
+            command.promised = ballot
+        command.chosen = chosen
         self._persist(command)
         self._notify(command)
         if was_stable and command.waiting_on is not None:
@@ -383,6 +431,26 @@ class CommandStore:
             self._start_waiting(command)
         self._answer_readers(command)
         return Ok()
+
+    def outcome_durable(self, txn_id: TxnId, ballot: Ballot) -> None:
+        """The outcome proposed under ``ballot`` is chosen. An outcome held here under that
+        ballot or a higher one is the same outcome (Paxos: every proposal above the chosen
+        ballot carries the chosen value), so it may be written."""
+        command = self.commands.get(txn_id)
+        if (
+            command is None
+            or command.status is not Status.PRE_APPLIED
+            or command.chosen
+            or command.accepted < ballot
+        ):
+            return
+        self._mark_chosen(command)
+
+    def _mark_chosen(self, command: Command) -> None:
+        command.chosen = True
+        command.last_progress_micros = self._now()
+        self.changed[command.txn_id] = None
+        self._maybe_execute(command)
 
     def commit_invalidate(self, txn_id: TxnId) -> Ok:
         command = self.command(txn_id)
@@ -517,7 +585,8 @@ class CommandStore:
         """
         command = self.command(txn_id)
         if command.status >= Status.PRE_APPLIED and command.status is not Status.INVALIDATED:
-            return ReadState(command.writes, command.result)
+            chosen = command.chosen or command.status is Status.APPLIED
+            return ReadState(command.writes, command.result, command.accepted, chosen)
         if (reader_node, reader_cid) not in command.readers:
             command.readers.append((reader_node, reader_cid))
         self._maybe_execute(command)
@@ -589,11 +658,63 @@ class CommandStore:
             keys = self.owned_keys(command.txn.read_keys)
             command.reading = True
             self.data_reads.append(DataRead(command.txn_id, command.execute_at, keys))
-        elif command.status is Status.PRE_APPLIED and not command.writing:
+        elif (
+            command.status is Status.PRE_APPLIED
+            and not command.writing
+            and (command.chosen or self.bugs.write_before_durable)
+        ):
             assert command.writes is not None
+            if self.shared_storage and not self._writes_here(command):
+                # Another replica writes: applied here once it says so (_covered).
+                if self._covered(command):
+                    command.writing = True
+                    self.to_apply.append(command)
+                return
             writes = tuple(w for w in command.writes if self.owns(w.key))
             command.writing = True
             self.data_writes.append(DataWrite(command.txn_id, command.execute_at, writes))
+
+    def writer_of(self, txn_id: TxnId, replicas: tuple[int, ...]) -> int:
+        """The replica of a shard that writes ``txn_id`` under shared storage: its original
+        coordinator if that is a replica (it holds the outcome first), else one chosen by
+        the id, so that every replica agrees without a message."""
+        if txn_id.node in replicas:
+            return txn_id.node
+        return replicas[txn_id.hlc % len(replicas)]
+
+    def _writes_here(self, command: Command) -> bool:
+        if command.take_over:
+            return True
+        assert command.txn is not None
+        return any(
+            self.writer_of(command.txn_id, shard.replicas) == self.node_id
+            for shard in self.topology.shards_for(self.owned_keys(command.txn.keys))
+        )
+
+    def _covered(self, command: Command) -> bool:
+        """Whether every shard of ours has had the txn's writes written by one of its
+        replicas (a writer writes every key it owns)."""
+        assert command.txn is not None
+        return all(
+            any(n in command.written_from for n in shard.replicas)
+            for shard in self.topology.shards_for(self.owned_keys(command.txn.keys))
+        )
+
+    def written_by(self, txn_id: TxnId, node: int, ballot: Ballot) -> None:
+        """``node`` wrote the chosen outcome of ``txn_id`` (proposed under ``ballot``) for
+        every key it owns, at the data store's write consistency."""
+        command = self.command(txn_id)
+        command.written_from.add(node)
+        if command.status is Status.PRE_APPLIED and not command.chosen:
+            self.outcome_durable(txn_id, ballot)
+        elif command.status is Status.PRE_APPLIED:
+            self._maybe_execute(command)
+
+    def take_over(self, txn_id: TxnId) -> None:
+        """The writer said nothing for a while: write the outcome here (idempotent)."""
+        command = self.commands[txn_id]
+        command.take_over = True
+        self._maybe_execute(command)
 
     def write_done(self, txn_id: TxnId) -> None:
         command = self.commands[txn_id]
@@ -604,6 +725,22 @@ class CommandStore:
             command.status.name,
         )
         command.writing = False
+        if self.shared_storage:
+            command.written_from.add(self.node_id)
+            self.written.append(txn_id)
+        self._applied(command)
+
+    def settle(self) -> None:
+        """Apply the txns whose writes other replicas made (shared storage)."""
+        while self.to_apply:
+            command = self.to_apply.pop(0)
+            if command.status is Status.PRE_APPLIED:
+                command.writing = False
+                self._applied(command)
+
+    def _applied(self, command: Command) -> None:
+        txn_id = command.txn_id
+        self.applied_ids.append(txn_id)
         command.status = Status.APPLIED
         command.waiting_on = None
         self._persist(command)
@@ -627,6 +764,9 @@ class CommandStore:
             return
         command.durable = True
         self._undurable.pop(txn_id, None)
+        if command.status is Status.PRE_APPLIED and not command.chosen:
+            # Every replica journaled the outcome: it is chosen.
+            self._mark_chosen(command)
         if command.status is not Status.APPLIED or command.pruned:
             return
         assert command.txn is not None and command.execute_at is not None

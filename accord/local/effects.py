@@ -85,7 +85,9 @@ class NeedsTxn(NamedTuple):
 
 class ReadState(NamedTuple):
     """How a read request stands: queued until executable, or already answered by the
-    recorded outcome of an applied transaction."""
+    outcome held here (proposed under ``ballot``; ``chosen`` if known durable)."""
 
     writes: tuple[WriteOp, ...] | None
     result: TxnResult | None
+    ballot: Ballot | None = None
+    chosen: bool = False

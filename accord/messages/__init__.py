@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
 from accord.primitives import (
+    BALLOT_ZERO,
     Ballot,
     Deps,
     Key,
@@ -142,16 +143,23 @@ class ReadOk:
 
 @dataclass(frozen=True, slots=True)
 class ReadRedundant:
-    """The replica already applied the txn: here is its recorded outcome."""
+    """The replica already holds the txn's outcome, proposed under ``ballot``; ``chosen``
+    says it knows that outcome durable at a quorum of every shard."""
 
     cid: int
     txn_id: TxnId
     writes: tuple[WriteOp, ...]
     result: TxnResult
+    ballot: Ballot = BALLOT_ZERO
+    chosen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Apply:
+    """The outcome, proposed under ``ballot`` (a replica that promised a higher one refuses
+    it), or ``chosen``: known durable at a quorum of every shard, so taken whatever the
+    replica promised, and written once its deps allow."""
+
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
@@ -161,12 +169,30 @@ class Apply:
     deps: Deps
     writes: tuple[WriteOp, ...]
     result: TxnResult
+    ballot: Ballot = BALLOT_ZERO
+    chosen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyOk:
+    """The outcome is journaled here; ``applied``: and its writes are in the data store."""
+
     cid: int
     txn_id: TxnId
+    applied: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeDurable:
+    """The outcome this replica acknowledged under ``ballot`` is journaled by a quorum of
+    every shard: it can never change, so its writes may reach the data store. ``written``
+    (shared storage): the sender also wrote them, for every key it owns."""
+
+    has_side_effects: ClassVar[bool] = False
+    cid: int
+    txn_id: TxnId
+    ballot: Ballot
+    written: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +272,7 @@ Request: TypeAlias = (
     | AcceptInvalidate
     | Commit
     | Apply
+    | OutcomeDurable
     | CommitInvalidate
     | InformDurable
     | BeginRecovery
@@ -285,6 +312,7 @@ REQUEST_TYPES = (
     AcceptInvalidate,
     Commit,
     Apply,
+    OutcomeDurable,
     CommitInvalidate,
     InformDurable,
     BeginRecovery,
@@ -321,6 +349,7 @@ __all__ = [
     "InvalidateOk",
     "Message",
     "Nack",
+    "OutcomeDurable",
     "PreAccept",
     "PreAcceptOk",
     "ReadOk",

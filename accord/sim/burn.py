@@ -57,6 +57,9 @@ class BurnConfig:
     electorate: int | None = None
     shards_per_node: int = 1
     bugs: Bugs = NO_BUGS
+    # One data store shared by every replica, one writer per shard (NodeConfig.shared_storage),
+    # as the sidecars run on Cassandra.
+    shared_storage: bool = False
     # Small values make recovery coordinators race the original ones: a stress mode.
     recover_delay_micros: int | None = None
     # Per flush that sends PreAccepts, with the coordinator_crashes fault on.
@@ -374,7 +377,9 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
             return
         finish(entry, reply)
 
-    node_config = NodeConfig(reorder_buffer_micros=config.reorder_buffer_micros)
+    node_config = NodeConfig(
+        reorder_buffer_micros=config.reorder_buffer_micros, shared_storage=config.shared_storage
+    )
     if config.recover_delay_micros is not None:
         node_config = replace(
             node_config,
@@ -393,6 +398,7 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
         coordinator_crash_chance=config.coordinator_crash_chance,
         down_micros=config.down_micros,
         long_delay_chance=config.long_delay_chance,
+        shared_store=config.shared_storage,
     )
     if config.workload == "bank":
         cluster.preload(dict.fromkeys(workload.keys.values(), (BANK_INITIAL_BALANCE, 0)))

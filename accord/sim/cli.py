@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         help="plant a deliberately broken protocol variant (to see the burn test catch it)",
     )
     parser.add_argument(
+        "--shared-storage",
+        action="store_true",
+        help="one data store for every replica and one writer per shard (as on Cassandra)",
+    )
+    parser.add_argument(
         "--reorder-buffer-ms", type=float, default=0.0, help="reorder buffer delta (0 = off)"
     )
     parser.add_argument(
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             coordinator_crash_chance=args.coordinator_crash_chance,
             long_delay_chance=args.long_delay_chance,
             bugs=Bugs(**dict.fromkeys(args.bug, True)),
+            shared_storage=args.shared_storage,
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accord.api import ClientReply, Clock, Ready
+from accord.invariants import check_not_none
 from accord.local.command import CommandSnapshot
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
@@ -115,8 +116,15 @@ class SimDataStore:
     def write(self, writes: tuple[WriteOp, ...], execute_at: Timestamp) -> None:
         for write in writes:
             current = self.cells.get(write.key)
-            if current is None or current[0] < execute_at:
-                self.cells[write.key] = (execute_at, None if write.delete else write.value)
+            value = None if write.delete else write.value
+            # Equal timestamps: the larger value wins, as Cassandra decides by cell content
+            # (only two different outcomes of one txn, a protocol bug, ever tie).
+            if (
+                current is None
+                or current[0] < execute_at
+                or (current[0] == execute_at and repr(value) > repr(current[1]))
+            ):
+                self.cells[write.key] = (execute_at, value)
 
 
 @dataclass(slots=True)
@@ -156,6 +164,7 @@ class Cluster:
         coordinator_crash_chance: float = 0.03,
         long_delay_chance: float = 0.02,
         down_micros: tuple[int, int] = (100_000, 2_000_000),
+        shared_store: bool = False,
     ) -> None:
         self.topology = topology
         # Crashes of any kind keep at most this many nodes down at once.
@@ -181,6 +190,9 @@ class Cluster:
         self.faults_active = faults.any()
         self.retired = NodeStats()
         self.oracle = Oracle(topology, self._applied_everywhere)
+        # One store for every replica, as the sidecars share Cassandra (pair it with
+        # NodeConfig.shared_storage, or every replica writes it).
+        shared = SimDataStore() if shared_store else None
         for node_id in topology.nodes():
             offset, drift = 0, 0
             if faults.skew:
@@ -188,7 +200,7 @@ class Cluster:
                 drift = self.rng.randrange(-200, 201)
             clock = SimClock(self, offset, drift)
             self.slots[node_id] = _NodeSlot(None, clock)
-            self.stores[node_id] = SimDataStore()
+            self.stores[node_id] = shared or SimDataStore()
             self._start(node_id)
             self._schedule(self.rng.randrange(TICK_MICROS), "tick", (node_id, 0))
 
@@ -329,6 +341,11 @@ class Cluster:
         for reply in ready.replies:
             if self.on_reply is not None:
                 self.on_reply(node_id, reply)
+        for write in ready.writes:
+            txn = check_not_none(
+                node.store.commands[write.txn_id].txn, "write of %s without its txn", write.txn_id
+            )
+            self.oracle.on_write_issued(node_id, write, txn.keys)
         for op in (*ready.reads, *ready.writes):
             start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
             slot.data_busy_until = start

@@ -17,6 +17,12 @@ invisible to it. These oracles watch every replica instead:
   read could show it.
 - **Promises** (per replica, per txn): a ballot promised durably is never taken back, not
   even by a restart.
+- **Durable before written** (per data write): a replica issues a transaction's writes only
+  once a quorum of every shard it touches journaled its outcome. The simulated stores are
+  private, so an early write would go unnoticed by every other check; over a store the
+  replicas share (the sidecars' Cassandra) a recovery coordinator could then miss the
+  outcome, re-execute and read the transaction's own writes (docs/accord.md, "Writes wait
+  for a durable outcome").
 - **Recovery evidence** (per reply): the fast-path argument, checked from the replica's raw
   state independently of ``CommandStore``. A replica that holds a conflicting txn with a
   later id, accepted or committed, whose deps for a key the two share lack ours, must report
@@ -71,6 +77,26 @@ class Oracle:
         self._stable: dict[tuple[int, Key], dict[TxnId, tuple[Timestamp, Deps]]] = {}
         # (node, txn) -> the highest ballot that node ever journaled as promised
         self._promised: dict[tuple[int, TxnId], Ballot] = {}
+        # txn -> the nodes that journaled an outcome for it
+        self._outcome_journaled: dict[TxnId, set[int]] = {}
+
+    # ------------------------------------------------------------------ durable before written
+
+    def on_write_issued(self, node_id: int, op: DataWrite, keys: tuple[Key, ...]) -> None:
+        """``node_id`` hands ``op`` to its data store; ``keys``: every key of the txn."""
+        journaled = self._outcome_journaled.get(op.txn_id, set())
+        for shard in self.topology.shards_for(keys):
+            held = sum(1 for n in shard.replicas if n in journaled)
+            check_state(
+                held >= shard.slow_quorum,
+                "node %d wrote %s while only %d of shard %s's replicas had journaled its "
+                "outcome (a quorum is %d)",
+                node_id,
+                op.txn_id,
+                held,
+                shard.range,
+                shard.slow_quorum,
+            )
 
     # ------------------------------------------------------------------ execution order
 
@@ -126,6 +152,8 @@ class Oracle:
         )
         self._promised[(node_id, snapshot.txn_id)] = snapshot.promised
         status = snapshot.status
+        if Status.PRE_APPLIED <= status <= Status.APPLIED:
+            self._outcome_journaled.setdefault(snapshot.txn_id, set()).add(node_id)
         if not status.is_decided or status is Status.INVALIDATED:
             return
         txn_id, at, txn = snapshot.txn_id, snapshot.execute_at, snapshot.txn

@@ -28,6 +28,13 @@ class Net:
     # The progress log stays quiet unless a test wants it (recovery then starts by itself).
     recover_delay_micros: int = 10**12
     max_progress_coordinators: int = NodeConfig().max_progress_coordinators
+    shared_storage: bool = False
+    # Nodes whose data writes never finish (a writer that died mid-write), and how many
+    # data writes each node's store executed.
+    hold_writes: set[int] = field(default_factory=set)
+    writes_done: dict[int, int] = field(default_factory=dict)
+    # (node, txn) of every data read a node's store served.
+    reads_done: list[tuple[int, TxnId]] = field(default_factory=list)
     clock: ManualClock = field(default_factory=ManualClock)
     nodes: dict[int, Node] = field(default_factory=dict)
     journals: dict[int, list[JournalRecord]] = field(default_factory=dict)
@@ -48,6 +55,7 @@ class Net:
             recover_delay_micros=self.recover_delay_micros,
             recover_delay_other_micros=self.recover_delay_micros,
             max_progress_coordinators=self.max_progress_coordinators,
+            shared_storage=self.shared_storage,
         )
         assert self.topology is not None
         self.nodes[node_id] = Node(
@@ -76,11 +84,15 @@ class Net:
             self.replies.extend(ready.replies)
             # What the data work below sends belongs to the next batch.
             for read in ready.reads:
+                self.reads_done.append((node_id, read.txn_id))
                 cells = self.data[node_id]
                 node.read_done(
                     read.txn_id, {k: cells[k][1] if k in cells else None for k in read.keys}
                 )
             for write in ready.writes:
+                if node_id in self.hold_writes:
+                    continue
+                self.writes_done[node_id] = self.writes_done.get(node_id, 0) + len(write.writes)
                 cells = self.data[node_id]
                 for op in write.writes:
                     if op.key not in cells or cells[op.key][0] < write.execute_at:

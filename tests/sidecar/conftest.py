@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from accord_cassandra.cluster import LocalSidecars, wait_serving
-from accord_cassandra.datastore import accord_tables_cql
 from accord_cassandra.launcher import CassandraHandle
 
 TOKEN = "test-token-0123456789"
@@ -100,7 +99,6 @@ def bank_schema(keyspace: str) -> list[str]:
         f"CREATE KEYSPACE {keyspace} WITH replication = "
         "{'class': 'SimpleStrategy', 'replication_factor': 3}",
         f"CREATE TABLE {keyspace}.accounts (id text PRIMARY KEY, balance bigint, tag bigint)",
-        *accord_tables_cql(keyspace),
         f"CREATE TABLE {keyspace}.receipts (id bigint PRIMARY KEY, src_tag bigint, dst_tag bigint)",
         f"CREATE TABLE {keyspace}.items ("
         "region text, sku int, qty int, small tinyint, name text, code ascii, seen timeuuid, "

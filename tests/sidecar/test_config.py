@@ -47,6 +47,8 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
     assert isinstance(config, SidecarConfig)
     assert config.node_id == 1 and config.peers[3] == "127.0.0.1:50053"
     assert config.store == "memory" and config.journal_fsync
+    # Each memory store is private, so every replica writes its own.
+    assert not config.shared_storage_enabled and config.planted_bugs == []
 
 
 @pytest.mark.parametrize(
@@ -90,6 +92,16 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
         ),
         pytest.param(
             {"max_progress_coordinators": 0}, ["max_progress_coordinators"], id="progress"
+        ),
+        pytest.param(
+            {"shared_storage": True},
+            ["shared_storage: true needs store: cassandra"],
+            id="shared-memory",
+        ),
+        pytest.param(
+            {"planted_bugs": ["write_early"]},
+            ["planted_bugs", "unknown ['write_early']", "write_before_durable"],
+            id="bugs",
         ),
     ],
 )
@@ -159,3 +171,9 @@ def test_a_bad_environment_value_names_the_field(
     monkeypatch.setenv("ACCORD_SIDECAR_NODE_ID", "one")
     message = error_of(tmp_path)
     assert "node_id" in message and "integer" in message
+
+
+def test_a_cassandra_store_is_shared_unless_told_otherwise(tmp_path: Path) -> None:
+    cassandra = {"store": "cassandra", "cassandra": {"keyspaces": ["bank"]}}
+    assert load(write(tmp_path, **cassandra)).shared_storage_enabled
+    assert not load(write(tmp_path, **cassandra, shared_storage=False)).shared_storage_enabled

@@ -92,6 +92,8 @@ MULTI_SHARD: dict[str, object] = {
 }
 # "racing" makes recovery coordinators race the original ones (recovery delay 5 ms).
 RACING: dict[str, object] = {"recover_delay_micros": 5_000, "keys": 4, "clients": 10}
+# The sidecars' deployment: one store for every replica, one writer per shard, multi-shard.
+SHARED: dict[str, object] = {**MULTI_SHARD, "shared_storage": True}
 # Crash storms: crashes every 50-300 ms and short downtimes, racing recovery, multi-shard.
 # This profile found coordination ids being reused after a restart.
 STORM: dict[str, object] = {
@@ -111,6 +113,7 @@ TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "forget_promise_on_restart": (10, {}),
     "recovery_ignores_earlier_accepted": (10, MULTI_SHARD),
     "witness_any_key": (10, MULTI_SHARD),
+    "write_before_durable": (1, {}),
 }
 
 
@@ -133,11 +136,16 @@ def test_burn_test_has_teeth(bug: str) -> None:
 
 @pytest.mark.parametrize(
     ("profile", "seeds"),
-    [("racing", 10), ("multi-shard", 10), ("storm", 5)],
+    [("racing", 10), ("multi-shard", 10), ("storm", 5), ("shared-storage", 10)],
 )
 def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -> None:
     """The correct protocol under the profiles that expose the broken variants."""
-    extra = {"racing": RACING, "multi-shard": MULTI_SHARD, "storm": STORM}[profile]
+    extra = {
+        "racing": RACING,
+        "multi-shard": MULTI_SHARD,
+        "storm": STORM,
+        "shared-storage": SHARED,
+    }[profile]
     config = BurnConfig(**{"txns": 200, "faults": ALL_FAULTS, **extra})  # type: ignore[arg-type]
     for seed in range(seeds):
         result = run_seed(seed, config)

@@ -111,6 +111,7 @@ def test_tags_are_frozen_because_journals_outlive_releases() -> None:
         "InformDurable": 16,
         "BeginRecovery": 17,
         "BeginInvalidation": 18,
+        "OutcomeDurable": 19,
         "PreAcceptOk": 30,
         "Nack": 31,
         "AcceptOk": 32,

@@ -1,0 +1,204 @@
+"""A transaction's writes reach the data store only once its outcome is durable.
+
+The sidecars share one copy of the data (Cassandra). If a replica wrote a transaction's
+writes as soon as it journaled the outcome, and its coordinator died before the Apply
+reached a quorum, a recovery coordinator would find no outcome, re-execute, and read the
+transaction's own writes: a transfer applied twice. These scenarios stage exactly that,
+over a store every replica shares (docs/accord.md, "Writes wait for a durable outcome").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accord.local.commands import NO_BUGS, Bugs
+from accord.messages import Apply, ApplyOk, PreAccept, PreAcceptOk
+from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from tests.scenarios.harness import Net, of_type
+
+A = sim_key("a")
+
+
+def add(amount: int) -> Txn:
+    """``A = A + amount`` (A starts absent, read as 0 through concat of an empty list)."""
+    return Txn(
+        reads=(A,), update=Update((Put(A, BinOp("concat", ReadOf(A, ()), Const((amount,)))),))
+    )
+
+
+def shared_net(bugs: Bugs = NO_BUGS, **options: Any) -> Net:
+    net = Net(bugs=bugs, **options)
+    shared = net.data[1]
+    for node_id in net.nodes:
+        net.data[node_id] = shared
+    return net
+
+
+def _coordinator_dies_after_journaling(net: Net) -> None:
+    txn_id = net.nodes[1].submit(1, add(7))
+    net.flush(1)
+    net.deliver(of_type(PreAccept))
+    # Node 1 takes the fast path, reads from itself, computes the writes and journals the
+    # outcome through its own Apply; the Commits and Applies to the others are in flight.
+    net.deliver(of_type(PreAcceptOk))
+    journaled = [
+        r
+        for r in net.journals[1]
+        if getattr(r, "txn_id", None) == txn_id and getattr(r, "status", None) is Status.PRE_APPLIED
+    ]
+    assert journaled, "the coordinator's replica should hold the outcome"
+    net.coordinator_txn = txn_id  # type: ignore[attr-defined]
+
+
+def test_no_write_before_a_quorum_journaled_the_outcome() -> None:
+    from accord.messages import OutcomeDurable
+
+    net = shared_net()
+    _coordinator_dies_after_journaling(net)
+    # One replica of three journaled the outcome: nothing may be visible yet.
+    assert A not in net.data[1]
+    assert not net.inflight or all(e.src == 1 for e in net.inflight)
+    # Node 2 journals it too: a quorum (2 of 3) holds it, and only now may anyone write.
+    net.deliver(of_type(Apply, dest=2))
+    assert A not in net.data[1]
+    net.deliver(of_type(ApplyOk, dest=1))
+    assert net.take(of_type(OutcomeDurable, dest=3)) == []  # node 3 gets the full Apply
+    net.deliver(of_type(OutcomeDurable))
+    assert net.data[1][A][1] == (7,)
+
+
+def _crash_then_recover(net: Net) -> None:
+    _coordinator_dies_after_journaling(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    # Node 1 dies: whatever it sent is lost, and it hears nothing until it restarts.
+    net.drop(lambda e: e.src == 1 or e.dest == 1)
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    for _ in range(100):
+        net.drop(lambda e: e.dest == 1)
+        if not net.deliver(lambda e: e.dest != 1):
+            break
+    net.restart(1)
+    net.settle()
+    # Node 2's coordinator re-sends the chosen outcome to the restarted node 1, which
+    # replaces the outcome it journaled (the same here: nothing was written before).
+    for _ in range(5):
+        net.tick(1_000_000)
+        net.settle()
+
+
+def test_recovery_after_the_coordinator_died_applies_the_transfer_once() -> None:
+    net = shared_net()
+    _crash_then_recover(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    # Every replica records one outcome, and the shared store holds the amount once.
+    outcomes = {net.nodes[n].store.commands[txn_id].writes for n in net.nodes}
+    assert len(outcomes) == 1, outcomes
+    assert net.data[1][A][1] == (7,)
+    for node_id in net.nodes:
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+
+
+def test_planted_write_before_durable_is_a_double_apply() -> None:
+    # The planted variant writes at once: recovery re-executes over its own write and the
+    # replicas disagree on the transfer's outcome (on Cassandra, one of them wins a tie).
+    net = shared_net(Bugs(write_before_durable=True))
+    _coordinator_dies_after_journaling(net)
+    assert net.data[1][A][1] == (7,)  # visible with one journal holding the outcome
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    net.drop(lambda e: e.src == 1 or e.dest == 1)
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    for _ in range(100):
+        net.drop(lambda e: e.dest == 1)
+        if not net.deliver(lambda e: e.dest != 1):
+            break
+    recovered = net.nodes[2].store.commands[txn_id].writes
+    original = net.nodes[1].store.commands[txn_id].writes
+    assert recovered != original
+
+
+# ---------------------------------------------------------------------------- one writer
+
+
+def test_shared_storage_writes_each_row_once() -> None:
+    # Every replica shares the store, so one of them writes (the coordinator's own) and
+    # the others apply once it says it did: one store write per row, not one per replica.
+    net = shared_net(shared_storage=True)
+    txn_ids = [net.nodes[n].submit(n, add(n)) for n in (1, 2, 3)]
+    for node_id in net.nodes:
+        net.flush(node_id)
+    net.settle()
+    for _ in range(3):
+        net.tick(300_000)
+        net.settle()
+    assert sum(net.writes_done.values()) == 3
+    assert {n for n, count in net.writes_done.items() if count} == {1, 2, 3}
+    for txn_id in txn_ids:
+        for node_id in net.nodes:
+            assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+    assert sorted(net.data[1][A][1]) == [1, 2, 3]
+
+
+def test_a_silent_writer_is_taken_over() -> None:
+    # The coordinator, the designated writer, never finishes its write: after the progress
+    # log's delay the others write the chosen outcome themselves (idempotent by executeAt).
+    net = shared_net(shared_storage=True, hold_writes={1}, recover_delay_micros=1_000_000)
+    txn_id = net.nodes[1].submit(1, add(5))
+    net.flush(1)
+    net.settle()
+    assert A not in net.data[1]
+    for node_id in (2, 3):
+        command = net.nodes[node_id].store.commands[txn_id]
+        assert command.status is Status.PRE_APPLIED and command.chosen
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.settle()
+    assert net.data[1][A][1] == (5,)
+    for node_id in (2, 3):
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+
+
+def test_recovery_re_proposes_a_journaled_outcome_and_fences_the_old_one() -> None:
+    # Node 1 journaled the outcome; its Applies to 2 and 3 are late. A recovery that hears
+    # from node 1 adopts that outcome under its own ballot (no second execution), and the
+    # original coordinator's late Apply is refused where the recovery was promised.
+    from accord.messages import BeginRecovery, Nack
+
+    net = shared_net()
+    _coordinator_dies_after_journaling(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    late = net.take(of_type(Apply, src=1))
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    net.deliver(of_type(BeginRecovery))
+    net.settle()
+    # The only read of the txn was the original coordinator's own.
+    assert [n for n, t in net.reads_done if t == txn_id] == [1]
+    for node_id in net.nodes:
+        command = net.nodes[node_id].store.commands[txn_id]
+        assert command.status is Status.APPLIED
+        assert command.accepted > BALLOT_ZERO  # re-proposed under the recovery's ballot
+    assert net.data[1][A][1] == (7,)
+    net.inflight.extend(e for e in late if e.dest == 3)
+    net.deliver(of_type(Apply, dest=3))
+    # Already applied there: acknowledged, nothing changes.
+    assert not net.take(of_type(Nack, src=3))
+    assert net.data[1][A][1] == (7,)
+
+
+def test_a_proposal_under_a_lower_ballot_is_refused_after_a_promise() -> None:
+    from accord.messages import BeginRecovery, Nack
+
+    net = shared_net()
+    _coordinator_dies_after_journaling(net)
+    txn_id = net.coordinator_txn  # type: ignore[attr-defined]
+    late = net.take(of_type(Apply, src=1, dest=3))
+    net.drop(lambda e: e.src == 1 or e.dest == 1)
+    assert net.nodes[2].recover(txn_id)
+    net.flush(2)
+    net.deliver(of_type(BeginRecovery, dest=3))  # node 3 promises the recovery's ballot
+    net.inflight.extend(late)
+    net.deliver(of_type(Apply, src=1, dest=3))
+    assert len(net.take(of_type(Nack, src=3, dest=1))) == 1
+    assert net.nodes[3].store.commands[txn_id].status is not Status.PRE_APPLIED

@@ -1,0 +1,190 @@
+"""SIGKILL a coordinator whose outgoing messages are held: it dies with Applies unsent.
+
+tests/sidecar/test_cassandra.py kills a sidecar at a random instant. The double-applied
+transfer that ``accord_history`` once papered over needs the kill to land after the victim
+wrote a transaction's writes to Cassandra and before its Apply reached anyone, a window of
+milliseconds that a random kill rarely hits (the planted early write passed it twice).
+Here the victim's connections to its peers pass through a forwarder that stops forwarding
+before the kill: replies still reach the victim, so the transactions it was coordinating
+run up to their Apply, which never leaves. Correct, nothing of theirs is in Cassandra and
+the survivors' recovery reads the data as it was; with ``write_before_durable`` planted
+(``ACCORD_SIDECAR_PLANTED_BUGS='["write_before_durable"]'``) the recovery reads the
+transfer's own writes and the bank's books stop balancing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from accord_cassandra.cluster import LocalSidecars
+from accord_cassandra.launcher import CassandraHandle
+from tests.sidecar.conftest import TIMING, CassandraSidecars, _stop, bank_schema
+from tests.sidecar.test_cassandra import judge, new_bank, run_scenario, until
+
+pytestmark = pytest.mark.cassandra
+
+VICTIM = 2
+
+
+@dataclass
+class Forwarder:
+    """Loopback TCP forwarder to ``target``; ``hold()`` stops moving bytes towards it."""
+
+    target: tuple[str, int]
+    held: threading.Event = field(default_factory=threading.Event)
+    sockets: list[socket.socket] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inbound, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                outbound = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                inbound.close()
+                continue
+            outbound.settimeout(None)
+            with self.lock:
+                self.sockets += [inbound, outbound]
+            for args in ((inbound, outbound, True), (outbound, inbound, False)):
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, holdable: bool) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                if holdable and self.held.is_set():
+                    time.sleep(0.01)
+                    continue
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.close()
+
+    def hold(self) -> None:
+        self.held.set()
+
+    def drop_and_release(self) -> None:
+        """Close every connection (what was held is lost), then forward again."""
+        with self.lock:
+            ends, self.sockets = self.sockets, []
+        for end in ends:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                end.close()
+        self.held.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.drop_and_release()
+
+
+@dataclass
+class HeldSidecars(LocalSidecars):
+    """The victim reaches its peers through forwarders."""
+
+    forwarders: dict[int, Forwarder] = field(default_factory=dict)
+
+    def peer_maps(self) -> dict[int, dict[int, str]]:
+        maps = super().peer_maps()
+        for peer, address in maps[VICTIM].items():
+            if peer != VICTIM:
+                host, _, port = address.rpartition(":")
+                self.forwarders[peer] = Forwarder((host, int(port)))
+                maps[VICTIM][peer] = self.forwarders[peer].address
+        return maps
+
+
+@pytest.fixture(scope="module")
+def held_sidecars(
+    cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[CassandraSidecars, HeldSidecars]]:
+    keyspace = f"held_{uuid.uuid4().hex[:10]}"
+    session = cassandra_cluster.connect()
+    for statement in bank_schema(keyspace):
+        session.execute(statement, timeout=60)
+    cluster = HeldSidecars(
+        tmp_path_factory.mktemp("held-sidecars"),
+        store="cassandra",
+        cassandra={
+            "contact_points": list(cassandra_cluster.contact_points),
+            "port": cassandra_cluster.native_port,
+            "keyspaces": [keyspace],
+            "consistency": "QUORUM",
+        },
+        extra={"timing": TIMING, "drain_seconds": 2},
+    )
+    try:
+        cluster.start(timeout=90)
+        yield CassandraSidecars(cluster, cassandra_cluster, keyspace, session), cluster
+    finally:
+        for forwarder in cluster.forwarders.values():
+            forwarder.close()
+        _stop(cluster)
+
+
+def test_sigkill_a_coordinator_with_its_applies_held(
+    held_sidecars: tuple[CassandraSidecars, HeldSidecars],
+) -> None:
+    sidecars, cluster = held_sidecars
+    sidecars.all_serving()
+    bank = new_bank(sidecars, "held", 4_000_000, seed=44)
+    kills = 0
+
+    victim = cluster.sidecars[VICTIM].address
+
+    async def script(_: Callable[[], bool]) -> None:
+        nonlocal kills
+        for round_index in range(3):
+            # Clients that fled the victim stay away: these ones use it and only it.
+            stopped = asyncio.Event()
+            start = time.monotonic()
+            load = asyncio.create_task(
+                bank.run(
+                    3,
+                    stopped.is_set,
+                    addresses=[victim],
+                    first_process=100 + 10 * round_index,
+                )
+            )
+
+            def by_victim(start: float = start) -> int:
+                return sum(1 for c in bank.commits if c.at > start and c.address == victim)
+
+            await until(lambda: by_victim() >= 10, seconds=120)
+            for forwarder in cluster.forwarders.values():
+                forwarder.hold()
+            await asyncio.sleep(1.0)  # its coordinations run up to an Apply that never leaves
+            cluster.sidecars[VICTIM].kill()
+            kills += 1
+            for forwarder in cluster.forwarders.values():
+                forwarder.drop_and_release()
+            stopped.set()
+            await load
+            await asyncio.to_thread(cluster.restart, VICTIM, 60.0)
+
+    audited, direct = run_scenario(sidecars, bank, script)
+    assert kills == 3
+    assert audited == direct
+    judge(sidecars, bank, direct)
+    print(f"held applies: {bank.statuses()} after {kills} kills")
