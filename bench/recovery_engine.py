@@ -43,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.clusters import DDL_TIMEOUT
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
@@ -425,8 +426,10 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
                 report.update(
                     await _measure(contact_point, keyspace, sidecars, quick, profile, work)
                 )
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-        session.execute(f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DDL_TIMEOUT)
+        session.execute(
+            f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}", timeout=DDL_TIMEOUT
+        )
     finally:
         cluster.shutdown()
     return report

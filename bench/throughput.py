@@ -40,7 +40,7 @@ from typing import Any
 
 from accord_cassandra.client import AsyncClient, TransactionError
 from accord_cassandra.cluster import metrics_of
-from bench.clusters import BenchSidecars, CassandraHandle, bench_cassandra
+from bench.clusters import DDL_TIMEOUT, BenchSidecars, CassandraHandle, bench_cassandra
 from bench.lwt import LwtClient, schema
 from bench.lwt import preload as lwt_preload
 from bench.profiling import sidecar_profile
@@ -107,7 +107,7 @@ def _on_cluster(
         for statement in schema(
             keyspace, replication="{'class': 'SimpleStrategy', 'replication_factor': 3}"
         ):
-            session.execute(statement)
+            session.execute(statement, timeout=DDL_TIMEOUT)
         keys = [f"acct{i:06d}" for i in range(plan["keys"])]
         note(f"preloading {len(keys)} LWT accounts")
         lwt_preload(session, keyspace, keys)
@@ -135,7 +135,7 @@ def _on_cluster(
                     [sidecars.profile_path(n) for n in sidecars.sidecars]
                 )
         if not cassandra.disposable:
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DDL_TIMEOUT)
     finally:
         driver.shutdown()
     return runs
