@@ -37,6 +37,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stacksaga_store.errors import SagaDefinitionError, StackSagaError
+from stacksaga_store.saga.classify import ErrorClassifier
 from stacksaga_store.store.states import ExecutionType
 
 __all__ = [
@@ -92,6 +93,8 @@ class Step:
     execute: StepFunction
     compensate: StepFunction | None = None
     timeout: timedelta = STEP_TIMEOUT_DEFAULT
+    # Retry or compensate? See stacksaga_store.saga.classify (step, then saga, then default).
+    classify: ErrorClassifier | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -102,10 +105,16 @@ class Step:
         _check_coroutine(self.name, "execute", self.execute)
         if self.compensate is not None:
             _check_coroutine(self.name, "compensate", self.compensate)
+        _check_classifier(f"step {self.name!r}", self.classify)
         if not timedelta(0) < self.timeout <= STEP_TIMEOUT_MAX:
             raise SagaDefinitionError(
                 f"step {self.name!r}: timeout must be above 0 and at most 1h, got {self.timeout}"
             )
+
+
+def _check_classifier(owner: str, classify: object) -> None:
+    if classify is not None and not callable(classify):
+        raise SagaDefinitionError(f"{owner}: classify must be a callable, got {classify!r}")
 
 
 def _check_coroutine(step: str, role: str, function: object) -> None:
@@ -126,6 +135,7 @@ class Saga:
     name: str
     steps: tuple[Step, ...]
     domain: str | None = None
+    classify: ErrorClassifier | None = None
     _by_name: Mapping[str, Step] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +143,7 @@ class Saga:
             raise SagaDefinitionError(
                 f"saga name {self.name!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
             )
+        _check_classifier(f"saga {self.name!r}", self.classify)
         steps = tuple(self.steps)
         object.__setattr__(self, "steps", steps)
         if not steps:

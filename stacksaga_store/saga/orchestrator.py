@@ -56,6 +56,7 @@ from stacksaga_store.errors import (
     StepError,
     check_state,
 )
+from stacksaga_store.saga.classify import is_retryable
 from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext, idempotency_key
 from stacksaga_store.saga.handoff import NoRecoveryHandoff, RecoveryHandoff, RetryRequest
 from stacksaga_store.store.cql import Prepared
@@ -200,6 +201,11 @@ class Orchestrator:
         if existing is not None and existing is not saga:
             raise SagaDefinitionError(f"a different saga named {saga.name!r} is registered")
         self._sagas[saga.name] = saga
+
+    @property
+    def sagas(self) -> tuple[Saga, ...]:
+        """The registered definitions."""
+        return tuple(self._sagas.values())
 
     def _saga(self, name: str) -> Saga:
         saga = self._sagas.get(name)
@@ -414,12 +420,11 @@ class Orchestrator:
             aggregate = {**run.payload.aggregate, **(returned or {})}
             payload = replace(run.payload, aggregate=aggregate, revert_hints=hints, last_error=None)
             return _StepDone(payload, status, payload.encode())
-        except (StepError, TimeoutError) as error:
-            retryable = isinstance(error, TimeoutError) or error.retryable
-            raise _StepFailed(error, retryable) from error
         except Exception as error:
-            # StackSaga's rule: an exception that is not a StepError is non-retryable.
-            raise _StepFailed(error, False) from error
+            # Transients retry, business errors compensate; the step's, then the saga's
+            # classifier override (stacksaga_store.saga.classify).
+            retryable = is_retryable(error, step.classify, run.saga.classify)
+            raise _StepFailed(error, retryable) from error
 
     def _success_event(self, run: _Run, step: Step, kind: ExecutionType) -> Event:
         done = progress(run.saga.step_names, run.tryouts)
