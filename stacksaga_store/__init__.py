@@ -62,6 +62,7 @@ from stacksaga_store.errors import (
 )
 from stacksaga_store.recovery.engine import RecoveryEngine
 from stacksaga_store.recovery.retry_node import RetryNode, SagaDispatcher
+from stacksaga_store.recovery.service import open_runtime
 from stacksaga_store.recovery.windows import WindowMath
 from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import StaticLeaseSource
@@ -72,7 +73,7 @@ from stacksaga_store.saga.handoff import (
     RecoveryHandoff,
 )
 from stacksaga_store.saga.orchestrator import DeliveryOutcome, Orchestrator, SagaOutcome, StepEvent
-from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
+from stacksaga_store.saga.runtime import StoreRuntime
 from stacksaga_store.store.states import ExecutionType, RunningStatus, TryoutStatus
 
 __all__ = [

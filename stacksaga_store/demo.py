@@ -7,8 +7,10 @@
    reverse order, REVERT_COMPLETED;
 3. frozen: shipping fails and then the refund fails too, so the saga is FROZEN with a reason;
    the payment provider is "fixed" and an admin restore finishes the compensation;
-4. retry: payment answers 503, the saga is handed to the recovery engine (a recording stand-in
-   here), and a later ``resume`` completes it with the same idempotency key.
+4. retry: payment answers 503, the saga is handed to the recovery engine, which the runtime
+   runs by default (restore watchdog, retry pointer at the next window, a Retry-Node); the
+   demo's clock jumps two windows ahead and the Retry-Node completes it with the same
+   idempotency key.
 
 Each transaction is then read back with its tryout history. The payment domain runs STRICT
 (LWT leases), the rest RELAXED_WITH_DEDUP. The downstream services are in-memory fakes; the
@@ -23,13 +25,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from stacksaga_store.clock import ManualClock, SystemClock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.errors import NonRetryableStepError, RetryableStepError
-from stacksaga_store.saga.definition import Saga, Step, StepContext
-from stacksaga_store.saga.handoff import RecordingRecoveryHandoff
+from stacksaga_store.recovery.service import open_runtime
+from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext
 from stacksaga_store.saga.orchestrator import Orchestrator, SagaOutcome
-from stacksaga_store.saga.runtime import open_runtime
 from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.model import TransactionView
 from stacksaga_store.store.schema import apply_schema
@@ -154,12 +156,13 @@ async def run_demo(contact_points: list[tuple[str, int]], out: Out) -> int:
     loop = asyncio.get_running_loop()
     report = await loop.run_in_executor(None, _apply, settings, driver_config)
     out(f"schema: keyspace {DEMO_KEYSPACE}, created tables: {len(report)}")
-    runtime = await open_runtime(settings, driver_config=driver_config)
+    # A manual clock (from now) so order 4's retry window comes without a minute's wait.
+    clock = ManualClock(SystemClock().now())
+    runtime = await open_runtime(settings, driver_config=driver_config, clock=clock)
     try:
         world = DemoWorld()
-        recovery = RecordingRecoveryHandoff()
-        orchestrator = runtime.orchestrator(recovery=recovery, sagas=[order_saga(world)])
-        results = await _orders(orchestrator, world, recovery, out)
+        orchestrator = runtime.orchestrator(sagas=[order_saga(world)])
+        results = await _orders(orchestrator, world, clock, out)
     finally:
         await runtime.close()
     expected = ["PROCESS_COMPLETED", "REVERT_COMPLETED", "REVERT_COMPLETED", "PROCESS_COMPLETED"]
@@ -180,7 +183,7 @@ def _apply(settings: StackSagaSettings, driver_config: DriverConfig) -> tuple[st
 
 
 async def _orders(
-    orchestrator: Orchestrator, world: DemoWorld, recovery: RecordingRecoveryHandoff, out: Out
+    orchestrator: Orchestrator, world: DemoWorld, clock: ManualClock, out: Out
 ) -> list[SagaOutcome]:
     order = {"item": "book", "quantity": 2, "amount_cents": 2599, "address": "1 Main St"}
     results: list[SagaOutcome] = []
@@ -206,23 +209,33 @@ async def _orders(
         )
     )
 
-    out("\n== 4. payment answers 503: handed to the recovery engine, then resumed ==")
+    out("\n== 4. payment answers 503: the recovery engine retries it ==")
     world.payment_unavailable_times = 1
     paused = await orchestrator.start("order", order)
     await _show(orchestrator, world, out, paused)
-    for retry in recovery.retries()[-1:]:
-        out(
-            f"-- recovery engine got: retry {retry.step_name} (attempt {retry.attempt}): "
-            f"{retry.error}"
-        )
-    results.append(
-        await _show(orchestrator, world, out, await orchestrator.resume(paused.transaction_id))
-    )
+    view = await orchestrator.read(paused.transaction_id)
+    out(f"-- restore watchdog at {view.record.restore_path}; retry pointer at the next window")
+    out("-- demo clock jumps two windows ahead; the runtime's Retry-Node picks the saga up --")
+    clock.advance(timedelta(minutes=2))  # windows of 1 minute (the default)
+    results.append(await _show(orchestrator, world, out, await _settled(orchestrator, paused)))
     out(
         f"\nstock left: {world.stock}; charges: {len(world.charges)}; "
         f"refunds: {len(world.refunds)}; shipments: {len(world.shipments)}"
     )
     return results
+
+
+async def _settled(orchestrator: Orchestrator, paused: SagaOutcome) -> SagaOutcome:
+    """Waits (60 s at most) until the Retry-Node moved the saga out of its retry state."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        view = await orchestrator.read(paused.transaction_id)
+        if view.status is not paused.status or asyncio.get_running_loop().time() > deadline:
+            payload = SagaPayload.decode(view.record.payload)
+            return SagaOutcome(
+                paused.transaction_id, view.status, payload.aggregate, payload.last_error
+            )
+        await asyncio.sleep(0.1)
 
 
 async def _show(

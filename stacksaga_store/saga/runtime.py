@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from stacksaga_store.clock import Clock
 from stacksaga_store.config.driver import DriverConfig
@@ -32,14 +32,36 @@ from stacksaga_store.store.cql import CqlSession
 from stacksaga_store.store.events import CassandraEventStore
 from stacksaga_store.store.protection import WriteProtection
 
-__all__ = ["StoreRuntime", "open_runtime"]
+__all__ = ["RecoveryPlug", "StoreRuntime", "open_runtime"]
 
 logger = logging.getLogger(__name__)
 
 
+class RecoveryPlug(Protocol):
+    """The recovery engine as a runtime sees it (implemented one layer up, in
+    :mod:`stacksaga_store.recovery.service`): the handoff and clock an orchestrator gets by
+    default, and the Retry-Node it starts for the sagas of the orchestrators it serves."""
+
+    @property
+    def handoff(self) -> RecoveryHandoff: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def attach(self, orchestrator: Orchestrator) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass
 class StoreRuntime:
-    """A connected store. Close it to shut the driver's threads down."""
+    """A connected store. Close it to shut the driver's threads down.
+
+    With a ``recovery`` plug (what ``stacksaga_store.open_runtime`` gives), an orchestrator
+    built without an explicit ``recovery`` handoff is wired to the recovery engine; without
+    one (this module's :func:`open_runtime`, the engine's own building block) it gets
+    :class:`~stacksaga_store.saga.handoff.NoRecoveryHandoff`.
+    """
 
     settings: StackSagaSettings
     driver_config: DriverConfig
@@ -47,6 +69,7 @@ class StoreRuntime:
     cql: CqlSession
     events: CassandraEventStore
     protection: WriteProtection
+    recovery: RecoveryPlug | None = None
 
     def orchestrator(
         self,
@@ -55,16 +78,22 @@ class StoreRuntime:
         clock: Clock | None = None,
         sagas: Iterable[Saga] = (),
     ) -> Orchestrator:
-        return Orchestrator(
+        plug = self.recovery if recovery is None else None
+        orchestrator = Orchestrator(
             store=self.events,
             protection=self.protection,
             settings=self.settings,
-            recovery=recovery,
-            clock=clock,
+            recovery=plug.handoff if plug is not None else recovery,
+            clock=clock or (plug.clock if plug is not None else None),
             sagas=sagas,
         )
+        if plug is not None:
+            plug.attach(orchestrator)
+        return orchestrator
 
     async def close(self) -> None:
+        if self.recovery is not None:
+            await self.recovery.close()
         await asyncio.get_running_loop().run_in_executor(None, self.cluster.shutdown)
 
 
