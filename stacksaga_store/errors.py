@@ -33,6 +33,7 @@ __all__ = [
     "IllegalTransitionError",
     "InvariantViolation",
     "LeaseBusyError",
+    "LeaseFencedError",
     "LeaseLostError",
     "NonRetryableStepError",
     "RetryableStepError",
@@ -113,6 +114,16 @@ class LeaseLostError(StackSagaError):
     documented weak spot (a holder that outlives its TTL); the fenced commit turns a silent
     double-commit into this error.
     """
+
+
+class LeaseFencedError(StackSagaError):
+    """A Retry-Node's resume stopped between steps: the range lease it dispatched under is
+    gone (expired, revoked or replaced by a later epoch), so another node may own the saga now.
+
+    Retryable: the row stays in its bucket for the range's new holder.
+    """
+
+    retryable: ClassVar[bool] = True
 
 
 class StepError(Exception):

@@ -25,13 +25,19 @@ Lease checks. Before every query and every dispatch the node checks that the lea
 the pass with is still the current one (same range, same epoch) and still valid on the lease
 source's monotonic clock (:meth:`RetryNode._guard`); otherwise :class:`RangeLeaseLost` ends the
 pass at once. In-flight dispatches are awaited, never abandoned, and reported to the lease
-source, which releases a revoked lease only when none is left running.
+source, which releases a revoked lease only when none is left running. A dispatch in flight
+is fenced by the same test (:class:`LeaseFence`, handed to ``Orchestrator.resume``): a
+multi-step resume stops between steps once the lease is gone (the row counts as FAILED, so its
+bucket stays), and a STRICT step whose lease moved while it ran does not commit.
 
 :class:`SagaDispatcher` is the seed's pickup logic on the real orchestrator:
 
-* retry row (even bucket): re-invoke if the transaction still waits for a retry
-  (FAILED_WITH_RETRYABLE_ERROR / REVERT_FAILED_WITH_RETRYABLE_ERROR); anything else (finished,
-  already resumed, never created) needs nothing: its watchdog covers it;
+* retry row (even bucket): re-invoke unless the transaction is final, parked or missing (its
+  watchdog covers those). Besides the retry states (FAILED_WITH_RETRYABLE_ERROR /
+  REVERT_FAILED_WITH_RETRYABLE_ERROR) that includes an active status: a resume that stopped
+  mid-way (fenced, or its node died) must not wait for the restore watchdog. The markers make
+  committed steps no-ops; under RELAXED_WITH_DEDUP a step another worker is running right now
+  (an event-driven ``deliver``) can run twice, the mode's stated trade-off;
 * restore row (odd bucket): status check first. Final, parked or missing: release the
   watchdog (``ordered``: delete the row) and do *not* re-run. Otherwise re-arm a new watchdog
   at W + delay-windows, then re-invoke (so a transaction is never left without a watchdog).
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Sequence
@@ -51,7 +58,7 @@ from typing import Protocol
 
 from stacksaga_store.clock import Clock, SystemClock
 from stacksaga_store.config.settings import StackSagaSettings
-from stacksaga_store.errors import check_state
+from stacksaga_store.errors import LeaseFencedError, check_state
 from stacksaga_store.recovery.commit_modes import CommitMode, CrashPoint, WatchdogLiveness, path_of
 from stacksaga_store.recovery.compaction import Compactor
 from stacksaga_store.recovery.directory import (
@@ -68,7 +75,7 @@ from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.store.model import TransactionKey
-from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES, RunningStatus
+from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
 
 __all__ = [
     "DispatchOutcome",
@@ -81,9 +88,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TIER5_PAGE_ROWS = 500
-RETRY_PENDING = frozenset(
-    {RunningStatus.FAILED_WITH_RETRYABLE_ERROR, RunningStatus.REVERT_FAILED_WITH_RETRYABLE_ERROR}
-)
 
 
 class DispatchOutcome(StrEnum):
@@ -95,6 +99,32 @@ class DispatchOutcome(StrEnum):
     RELEASED = "RELEASED"  # restore row of a finished/parked transaction: watchdog released
     GONE = "GONE"  # restore row whose watchdog was released or moved already
     FAILED = "FAILED"  # could not be handled now; the bucket is kept
+
+
+class LeaseFence:
+    """The lease a dispatch started under, as a :class:`~stacksaga_store.saga.orchestrator.
+    StepFence`: its epoch while it is still the source's current lease (same range, same epoch)
+    and valid on the source's monotonic clock; None from then on."""
+
+    def __init__(self, leases: LeaseSource, lease: Lease) -> None:
+        self.leases = leases
+        self.lease = lease
+
+    def token(self) -> str | None:
+        current = self.leases.current()
+        lease = self.lease
+        if current is None or (current.range, current.epoch) != (lease.range, lease.epoch):
+            return None
+        if not current.valid(self.leases.monotonic()):
+            return None
+        return f"e{lease.epoch}"
+
+
+# The fence of the dispatch running in this task (set by RetryNode._dispatch), so dispatchers
+# keep their one-argument signature.
+DISPATCH_FENCE: contextvars.ContextVar[LeaseFence | None] = contextvars.ContextVar(
+    "stacksaga_dispatch_fence", default=None
+)
 
 
 class Dispatcher(Protocol):
@@ -126,9 +156,20 @@ class SagaDispatcher:
         record = await self.events.read_record(key)
         if record is None:
             return DispatchOutcome.MISSING
-        if record.running_status not in RETRY_PENDING:
+        status = record.running_status
+        if status in FINAL_STATUSES or status in PARKED_STATUSES:
             return DispatchOutcome.NOT_PENDING
-        await self.orchestrator.resume(key.transaction_id)
+        # Active (IN_PROGRESS, COMPENSATING, STARTED) under a retry row: a resume that stopped
+        # mid-way since the row was written (fenced by its lease, or its node killed). Left to
+        # the watchdog it would wait delay-windows; the markers skip what already committed.
+        return await self._resume(key)
+
+    async def _resume(self, key: TransactionKey) -> DispatchOutcome:
+        try:
+            await self.orchestrator.resume(key.transaction_id, fence=DISPATCH_FENCE.get())
+        except LeaseFencedError as exc:
+            logger.info("%s; the row stays for the range's next holder", exc)
+            return DispatchOutcome.FAILED
         return DispatchOutcome.RESUMED
 
     async def _restore(self, key: TransactionKey, bucket: BucketRef) -> DispatchOutcome:
@@ -151,8 +192,7 @@ class SagaDispatcher:
             return DispatchOutcome.GONE
         await self.writer.rearm(key, path)
         self.writer.crash.hit(CrashPoint.REARM_BEFORE_RESUME)
-        await self.orchestrator.resume(key.transaction_id)
-        return DispatchOutcome.RESUMED
+        return await self._resume(key)
 
 
 @dataclass
@@ -360,9 +400,11 @@ class RetryNode:
             except BaseException:
                 self._slots.release()
                 raise
-            tasks.append(asyncio.create_task(self._dispatch(entry)))
+            tasks.append(asyncio.create_task(self._dispatch(entry, lease)))
 
-    async def _dispatch(self, entry: DirectoryEntry) -> bool:
+    async def _dispatch(self, entry: DirectoryEntry, lease: Lease) -> bool:
+        # Own task, own context: the fence is this dispatch's alone.
+        DISPATCH_FENCE.set(LeaseFence(self.leases, lease))
         self._in_flight += 1
         self.leases.note_in_flight(self._in_flight)
         started = time.perf_counter()

@@ -44,13 +44,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from stacksaga_store.clock import Clock, SystemClock
 from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
+    LeaseFencedError,
     LeaseLostError,
     SagaDefinitionError,
     StepError,
@@ -81,7 +82,7 @@ from stacksaga_store.store.states import (
     transition,
 )
 
-__all__ = ["DeliveryOutcome", "Orchestrator", "SagaOutcome", "StepEvent"]
+__all__ = ["DeliveryOutcome", "Orchestrator", "SagaOutcome", "StepEvent", "StepFence"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,14 @@ class DeliveryOutcome(StrEnum):
     LEASE_LOST = "LEASE_LOST"
     STALE = "STALE"  # not the transaction's next action (duplicate or out-of-date event)
     QUARANTINED = "QUARANTINED"
+
+
+class StepFence(Protocol):
+    """The range lease a Retry-Node's resume runs under (see :meth:`Orchestrator.resume`)."""
+
+    def token(self) -> str | None:
+        """The lease's epoch as text while the lease holds; None once it is lost."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,17 +262,23 @@ class Orchestrator:
         logger.info("saga started: txn=%s saga=%s", key, definition.name)
         return _Run(key, definition, RunningStatus.STARTED, payload, now, [], path)
 
-    async def resume(self, transaction_id: uuid.UUID) -> SagaOutcome:
+    async def resume(
+        self, transaction_id: uuid.UUID, *, fence: StepFence | None = None
+    ) -> SagaOutcome:
         """Re-invoke a transaction (the recovery engine's Retry and Restore call this).
 
-        Final and parked transactions are returned as they are.
+        Final and parked transactions are returned as they are. With a ``fence`` (a
+        Retry-Node's range lease) the resume checks it before every step and raises
+        :class:`~stacksaga_store.errors.LeaseFencedError` once it is lost, and STRICT steps
+        commit only under the epoch they started with
+        (:meth:`~stacksaga_store.store.protection.WriteProtection.run`).
         """
         run = await self._load(transaction_id)
         if run.status in FINAL_STATUSES or run.status in PARKED_STATUSES:
             return run.outcome("nothing to resume")
         run.status = transition(run.status, Event.RESUMED)
         await self._reconcile(run)
-        return await self._drive(run)
+        return await self._drive(run, fence)
 
     async def deliver(self, event: StepEvent) -> DeliveryOutcome:
         """Run one step invocation if it is the transaction's next action (see module doc)."""
@@ -315,8 +330,10 @@ class Orchestrator:
 
     # -- driving ------------------------------------------------------------------------------
 
-    async def _drive(self, run: _Run) -> SagaOutcome:
+    async def _drive(self, run: _Run, fence: StepFence | None = None) -> SagaOutcome:
         for _ in range(2 * len(run.saga.steps) + 3):
+            if fence is not None and fence.token() is None:
+                raise LeaseFencedError(f"{run.key}: range lease lost; stopped between steps")
             if await self._quarantine_if_expired(run):
                 return run.outcome("lifetime expired")
             action = self._next(run)
@@ -331,7 +348,7 @@ class Orchestrator:
             check_state(action.step_name is not None, "a step action names its step")
             kind = ExecutionType(action.kind.value)
             step = run.saga.step(str(action.step_name))
-            result = await self._invoke(run, step, kind, heal_skips=True)
+            result = await self._invoke(run, step, kind, heal_skips=True, fence=fence)
             if result is DeliveryOutcome.LEASE_BUSY:
                 return run.outcome(f"another worker holds the lease of {step.name}")
             if result is DeliveryOutcome.LEASE_LOST:
@@ -353,7 +370,13 @@ class Orchestrator:
         await self._release(run)
 
     async def _invoke(
-        self, run: _Run, step: Step, kind: ExecutionType, *, heal_skips: bool
+        self,
+        run: _Run,
+        step: Step,
+        kind: ExecutionType,
+        *,
+        heal_skips: bool,
+        fence: StepFence | None = None,
     ) -> DeliveryOutcome:
         """One step invocation under its marker; updates ``run`` and the store."""
         policy = self.settings.cassandra.write_protection.policy_for(run.saga.domain)
@@ -370,6 +393,7 @@ class Orchestrator:
                 is_final_failure=lambda error: (
                     not (isinstance(error, _StepFailed) and error.retryable)
                 ),
+                fence=fence.token if fence is not None else None,
             )
         except _StepFailed as failure:
             return await self._on_failure(run, step, kind, attempt + 1, failure)

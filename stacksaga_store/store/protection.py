@@ -58,7 +58,13 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
-from stacksaga_store.errors import LeaseBusyError, LeaseLostError, StackSagaError, check_state
+from stacksaga_store.errors import (
+    LeaseBusyError,
+    LeaseFencedError,
+    LeaseLostError,
+    StackSagaError,
+    check_state,
+)
 from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.store.model import TransactionKey
 from stacksaga_store.store.states import LEASE_PREFIX, MarkerState
@@ -199,6 +205,7 @@ class WriteProtection:
         *,
         result_writes: Callable[[T], Sequence[Write]],
         is_final_failure: Callable[[Exception], bool],
+        fence: Callable[[], str | None] | None = None,
     ) -> GuardResult[T]:
         """Run ``action`` unless the marker says the invocation is done.
 
@@ -206,9 +213,19 @@ class WriteProtection:
         before (STRICT) or together with (RELAXED) the COMMITTED marker. If ``action`` raises,
         the marker becomes FAILED when ``is_final_failure(error)``, else the attempt leaves no
         trace, and the error propagates.
+
+        ``fence()`` (a Retry-Node's dispatch) names the range lease's epoch while it holds, None
+        once lost. STRICT writes it into the marker lease (``LEASED:<holder>@<epoch>``, which
+        the commit's ``IF`` names) and checks it again after the step, before the result writes:
+        a holder whose range moved while the step ran (lease lost or another epoch) writes
+        nothing, drops its marker lease and gets :class:`LeaseLostError`. The check is on the
+        node's own lease clock (the coordinator hands the range on only after that lease ended,
+        plus a margin); a commit sent after a new holder took the marker is refused by the IF.
         """
         if policy.mode is ConsistencyMode.STRICT:
-            return await self._run_strict(key, policy, action, result_writes, is_final_failure)
+            return await self._run_strict(
+                key, policy, action, result_writes, is_final_failure, fence
+            )
         return await self._run_relaxed(key, action, result_writes, is_final_failure)
 
     async def reset_failed(self, key: MarkerKey, policy: ProtectionPolicy) -> bool:
@@ -275,9 +292,14 @@ class WriteProtection:
         action: Callable[[], Awaitable[T]],
         result_writes: Callable[[T], Sequence[Write]],
         is_final_failure: Callable[[Exception], bool],
+        fence: Callable[[], str | None] | None = None,
     ) -> GuardResult[T]:
         mode = ConsistencyMode.STRICT
-        holder = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
+        holder_id = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
+        epoch = fence() if fence is not None else None
+        if fence is not None and epoch is None:
+            raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
+        holder = holder_id if epoch is None else f"{holder_id}@{epoch}"
         final, waits = await self._acquire(key, holder, policy)
         if final is not None:
             return GuardResult(_SKIP[final], None, mode, waits)
@@ -287,6 +309,14 @@ class WriteProtection:
             target = MarkerState.FAILED if is_final_failure(error) else None
             await self._after_failure(key, holder, target)
             raise
+        if fence is not None:
+            now_epoch = fence()
+            if now_epoch != epoch:
+                await self._after_failure(key, holder, None)
+                raise LeaseLostError(
+                    f"{key.transaction} step {key.step_id}: the range lease moved while the step "
+                    f"ran (epoch {epoch} -> {now_epoch}); not committed"
+                )
         for prepared, params in result_writes(value):
             await self.cql.execute(prepared, params)
         if not await self._finish(key, holder, MarkerState.COMMITTED):
