@@ -1,5 +1,5 @@
 """``python -m stacksaga_store``: schema apply/check/print, show a transaction, run the demo,
-show the recovery directory, run a ring coordinator.
+show the recovery directory, run a ring coordinator or a Retry-Node.
 
 Exit codes: 0 success; 1 the schema check found errors (or the demo ended wrongly);
 2 bad configuration or usage; 3 Cassandra unreachable or a node failed to start.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 from stacksaga_store.config.driver import load_driver_config
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.errors import ConfigError, SchemaMismatchError, TransactionNotFoundError
+from stacksaga_store.saga.definition import Saga
 from stacksaga_store.saga.runtime import open_runtime
 from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.cql import StoreUnavailableError
@@ -152,6 +154,39 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     return asyncio.run(serve_coordinator(settings, listen=args.listen, coordinator_id=args.id))
 
 
+def load_sagas(spec: str) -> list[Saga]:
+    """``module:attribute`` naming a Saga, an iterable of them, or a callable returning either."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError.single("--sagas", f"expected module:attribute, got {spec!r}")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError.single("--sagas", f"cannot load {spec!r}: {exc}") from exc
+    if callable(found) and not isinstance(found, Saga):
+        found = found()
+    sagas = [found] if isinstance(found, Saga) else list(found)
+    if not sagas or not all(isinstance(saga, Saga) for saga in sagas):
+        raise ConfigError.single("--sagas", f"{spec!r} is not a Saga or a list of Sagas")
+    return sagas
+
+
+def cmd_retry_node(args: argparse.Namespace) -> int:
+    from stacksaga_store.recovery.service import serve_retry_node
+
+    settings = _settings(args)
+    sagas = load_sagas(args.sagas)
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    return asyncio.run(
+        serve_retry_node(
+            settings, sagas, node_id=args.node_id, metrics_listen=args.metrics_listen, out=out
+        )
+    )
+
+
 def cmd_coordinator_key(args: argparse.Namespace) -> int:
     from stacksaga_store.ring.auth import node_key
 
@@ -211,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--listen", default="127.0.0.1:7690", help="host:port to serve")
     coordinator.add_argument("--id", help="this coordinator's id (default: host:port)")
     coordinator.set_defaults(handler=cmd_coordinator)
+    retry = sub.add_parser(
+        "retry-node", help="run a Retry-Node (SIGTERM: finish in-flight dispatches, exit 0)"
+    )
+    retry.add_argument("--sagas", required=True, help="module:attribute of the saga definitions")
+    retry.add_argument("--node-id", help="this node's id (default: host-pid)")
+    retry.add_argument("--metrics-listen", help="host:port for GET /metrics (port 0: any)")
+    retry.set_defaults(handler=cmd_retry_node)
     key = sub.add_parser(
         "coordinator-key",
         help="print a Retry-Node's node key (coordinator.node-key) derived from the secret",

@@ -30,22 +30,25 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from stacksaga_store.clock import Clock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.recovery.engine import RecoveryEngine
-from stacksaga_store.recovery.metrics import RecoveryMetrics
+from stacksaga_store.recovery.metrics import RecoveryMetrics, serve_metrics
 from stacksaga_store.recovery.retry_node import RetryNode
 from stacksaga_store.ring.leases import LeaseSource, StaticLeaseSource
+from stacksaga_store.saga.definition import Saga
 from stacksaga_store.saga.handoff import RecoveryHandoff
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.saga.runtime import StoreRuntime
 from stacksaga_store.saga.runtime import open_runtime as open_store_runtime
 
-__all__ = ["RecoveryService", "lease_source_for", "open_runtime"]
+__all__ = ["RecoveryService", "lease_source_for", "open_runtime", "serve_retry_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,3 +172,70 @@ async def open_runtime(
         engine, leases, used_id, metrics=metrics, idle_seconds=idle_seconds
     )
     return runtime
+
+
+async def serve_retry_node(
+    settings: StackSagaSettings,
+    sagas: Iterable[Saga],
+    *,
+    node_id: str | None = None,
+    metrics_listen: str | None = None,
+    idle_seconds: float = IDLE_SECONDS,
+    out: Callable[[str], None] = print,
+) -> int:
+    """A Retry-Node process (``stacksaga-store retry-node``) until SIGTERM or SIGINT.
+
+    A signal stops new dispatches; those in flight finish; no bucket is dropped from then on
+    (a bucket is dropped only when 100% dispatched, and one being walked is handed back whole,
+    to be re-dispatched idempotently by the range's next holder); the coordinator lease is
+    released; exit 0. ``metrics_listen`` serves :class:`RecoveryMetrics` at ``GET /metrics``.
+    """
+    runtime = await open_store_runtime(settings)
+    try:
+        engine = await RecoveryEngine.open(runtime)
+        try:
+            return await _serve(engine, sagas, node_id, metrics_listen, idle_seconds, out)
+        finally:
+            await engine.close()
+    finally:
+        await runtime.close()
+
+
+async def _serve(
+    engine: RecoveryEngine,
+    sagas: Iterable[Saga],
+    node_id: str | None,
+    metrics_listen: str | None,
+    idle_seconds: float,
+    out: Callable[[str], None],
+) -> int:
+    used_id = node_id or default_node_id()
+    metrics = RecoveryMetrics()
+    leases = lease_source_for(engine.runtime.settings, used_id, metrics)
+    orchestrator = engine.orchestrator(sagas=sagas)
+    node = engine.retry_node(orchestrator, leases, node_id=used_id, metrics=metrics)
+    server = await serve_metrics(metrics, metrics_listen) if metrics_listen else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(name: str) -> None:
+        logger.info("retry-node %s: %s, shutting down gracefully", used_id, name)
+        node.request_shutdown()
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum.name)
+    try:
+        served = f"; metrics on {server.bound}" if server is not None else ""
+        out(f"retry-node {used_id} running{served}")
+        await node.run(stop=stop, idle_seconds=idle_seconds)
+        out(f"retry-node {used_id} stopped; {node.in_flight} dispatches in flight")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        stop_leases = getattr(leases, "stop", None)
+        if stop_leases is not None:
+            await stop_leases()
+        if server is not None:
+            await server.stop()
+    return 0
