@@ -103,8 +103,14 @@ class DispatchOutcome(StrEnum):
 
 class LeaseFence:
     """The lease a dispatch started under, as a :class:`~stacksaga_store.saga.orchestrator.
-    StepFence`: its epoch while it is still the source's current lease (same range, same epoch)
-    and valid on the source's monotonic clock; None from then on."""
+    StepFence`: its epoch until the range moved, None from then on.
+
+    Moved means: the source's current lease is another range or epoch, or the lease's validity
+    ended on the source's monotonic clock. A lease *revoked* for a rebalance still holds while
+    it is valid: the coordinator hands the range on only once this node released it (after its
+    dispatches finished) or its validity ended plus a margin (:mod:`stacksaga_store.ring.leases`),
+    so the step in flight may commit. The validity used is the latest renewal seen.
+    """
 
     def __init__(self, leases: LeaseSource, lease: Lease) -> None:
         self.leases = leases
@@ -113,9 +119,11 @@ class LeaseFence:
     def token(self) -> str | None:
         current = self.leases.current()
         lease = self.lease
-        if current is None or (current.range, current.epoch) != (lease.range, lease.epoch):
-            return None
-        if not current.valid(self.leases.monotonic()):
+        if current is not None:
+            if (current.range, current.epoch) != (lease.range, lease.epoch):
+                return None
+            self.lease = lease = current
+        if not lease.valid(self.leases.monotonic()):
             return None
         return f"e{lease.epoch}"
 

@@ -7,7 +7,9 @@ Jobs (a JSON object):
 * ``{"kind": "retry_node", ...}``: a Retry-Node (whole ring, no coordinator) runs passes over
   the directory with the ``bulk`` saga until killed;
 * ``{"kind": "coordinated", ...}``: a Retry-Node on a lease from the coordinator at
-  ``coordinator``, dispatching with :class:`LoggingDispatcher` (the pause test SIGSTOPs it).
+  ``coordinator``, dispatching with :class:`LoggingDispatcher` (the pause test SIGSTOPs it);
+* ``{"kind": "fenced_saga", ...}``: the same, dispatching the 3-step ``fenced`` saga for real;
+  it SIGSTOPs itself at the first step boundary after step ``a`` (:class:`PauseAtStepBoundary`).
 
 Every step appends one line per execution to the job's log file with O_APPEND (single small
 writes never interleave between processes), so the file counts executions exactly, even
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import signal
 import sys
 import time
 from datetime import datetime
@@ -91,6 +95,49 @@ class LoggingDispatcher:
         return DispatchOutcome.RESUMED
 
 
+def fenced_saga(log: str, node_id: str, after_a: Any = None, b_seconds: float = 0.0) -> Saga:
+    """a -> b -> c; each logs ``<step> <txn> <node_id>`` as it starts; ``after_a()`` runs after
+    a's effect; b then takes ``b_seconds``."""
+
+    def step(name: str) -> Step:
+        async def execute(ctx: StepContext) -> None:
+            append_line(log, f"{name} {ctx.transaction_id} {node_id}")
+            if name == "a" and after_a is not None:
+                after_a()
+            if name == "b" and b_seconds:
+                await asyncio.sleep(b_seconds)
+
+        return Step(name, execute)
+
+    return Saga("fenced", (step("a"), step("b"), step("c")))
+
+
+class PauseAtStepBoundary:
+    """A lease source proxy: once ``arm()`` ran, the next lease check made by the orchestrator
+    between two steps (``Orchestrator._drive``) SIGSTOPs this process, so the test controls
+    the pause point exactly: after step a committed, before step b."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.armed = False
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def current(self) -> Any:
+        # current() <- LeaseFence.token() <- Orchestrator._drive
+        if self.armed and sys._getframe(2).f_code.co_name == "_drive":
+            self.armed = False
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return self.inner.current()
+
+    def monotonic(self) -> float:
+        return float(self.inner.monotonic())
+
+    def note_in_flight(self, count: int) -> None:
+        self.inner.note_in_flight(count)
+
+
 def bulk_saga(log: str) -> Saga:
     """One step that logs ``work <txn> <pid>``: the 5,000-row bucket test."""
 
@@ -133,6 +180,23 @@ async def main(job: dict[str, Any]) -> None:
             dispatcher = LoggingDispatcher(job["node_id"], client, job["log"], job["seconds"])
             node = engine.retry_node(
                 engine.orchestrator(), client, node_id=job["node_id"], dispatcher=dispatcher
+            )
+            append_line(job["log"], f"started {os.getpid()}")
+            await node.run(stop=asyncio.Event(), idle_seconds=0.1)
+        elif job["kind"] == "fenced_saga":
+            from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
+
+            logging.basicConfig(level=logging.INFO, stream=sys.stdout)
+            client = CoordinatorLeaseClient(
+                [job["coordinator"]],
+                node_id=job["node_id"],
+                service_name=settings.instance.service_name,
+            )
+            client.start()
+            pausing = PauseAtStepBoundary(client)
+            saga = fenced_saga(job["log"], job["node_id"], pausing.arm)
+            node = engine.retry_node(
+                engine.orchestrator(sagas=[saga]), pausing, node_id=job["node_id"]
             )
             append_line(job["log"], f"started {os.getpid()}")
             await node.run(stop=asyncio.Event(), idle_seconds=0.1)

@@ -3,8 +3,7 @@ fenced by the range lease it dispatched under. It stops between steps once the l
 and a STRICT step whose range moved while it ran does not commit. Real Cassandra, both
 protection modes; every step's side effects are counted.
 
-The whole-process form (SIGSTOP a Retry-Node past its lease) is not here yet; see the report
-of the branch that added this file.
+The whole-process form (SIGSTOP a Retry-Node past its lease) is test_fencing_sigstop.py.
 """
 
 from __future__ import annotations
