@@ -35,6 +35,7 @@ from stacksaga_store.saga.orchestrator import Orchestrator, SagaOutcome
 from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.model import TransactionView
 from stacksaga_store.store.schema import apply_schema
+from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
 
 __all__ = ["DemoWorld", "describe", "order_saga", "run_demo"]
 
@@ -226,11 +227,12 @@ async def _orders(
 
 
 async def _settled(orchestrator: Orchestrator, paused: SagaOutcome) -> SagaOutcome:
-    """Waits (60 s at most) until the Retry-Node moved the saga out of its retry state."""
+    """Waits (60 s at most) until the Retry-Node drove the saga to a final or parked status."""
     deadline = asyncio.get_running_loop().time() + 60
     while True:
         view = await orchestrator.read(paused.transaction_id)
-        if view.status is not paused.status or asyncio.get_running_loop().time() > deadline:
+        settled = view.status in FINAL_STATUSES or view.status in PARKED_STATUSES
+        if settled or asyncio.get_running_loop().time() > deadline:
             payload = SagaPayload.decode(view.record.payload)
             return SagaOutcome(
                 paused.transaction_id, view.status, payload.aggregate, payload.last_error
