@@ -5,9 +5,11 @@ Cassandra's own Murmur3 token of the serialized partition key (:mod:`accord_cass
 so shards line up with Cassandra's token ranges. Its name is
 ``keyspace.table:<hex of the routing key>``, which is unique, stable and reversible.
 
-The value of a key inside the protocol is the row's regular columns as a tuple, in the
-table's column order, or ``None`` when the row does not exist. Tables must have no
-clustering columns: a partition is one row.
+The value of a key inside the protocol is the partition (:mod:`accord.primitives.rows`):
+rows by clustering key (the tuple of clustering column values, ``()`` for a table without
+clustering columns), each row the tuple of its regular columns in the table's column order,
+and a static row, the tuple of the static columns. ``clustering`` lists the clustering
+columns in key order with their order (``asc``/``desc``); ``static`` the static columns.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accord import Key
+from accord import Key, WriteOp, WriteScope
 from accord_cassandra import tokens
 
 INT_TYPES = {"int": 32, "bigint": 64, "smallint": 16, "tinyint": 8, "counter": 64, "varint": 64}
@@ -39,15 +41,58 @@ class TableSchema:
     table: str
     partition_key: tuple[tuple[str, str], ...]
     columns: tuple[tuple[str, str], ...]
+    clustering: tuple[tuple[str, str, str], ...] = ()
+    static: tuple[tuple[str, str], ...] = ()
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.partition_key:
             raise SchemaError(f"{self.qualified}: a table needs a partition key")
-        for name, cql_type in (*self.partition_key, *self.columns):
+        clustering = tuple((name, cql_type) for name, cql_type, _ in self.clustering)
+        for name, cql_type in (*self.partition_key, *clustering, *self.columns, *self.static):
+            if cql_type == "counter":
+                raise SchemaError(
+                    f"{self.qualified}.{name} is a counter: counter tables cannot be written "
+                    "through Accord (a counter update is not idempotent under USING TIMESTAMP)"
+                )
             if cql_type not in SUPPORTED_TYPES:
                 raise SchemaError(f"{self.qualified}.{name}: CQL type {cql_type} is not supported")
+        for name, _, order in self.clustering:
+            if order not in ("asc", "desc"):
+                raise SchemaError(
+                    f"{self.qualified}.{name}: clustering order {order!r} (asc, desc)"
+                )
+        if self.static and not self.clustering:
+            raise SchemaError(f"{self.qualified}: static columns need clustering columns")
         object.__setattr__(self, "_index", {name: i for i, (name, _) in enumerate(self.columns)})
+
+    def clustering_index(self, column: str) -> int:
+        for index, (name, _, _) in enumerate(self.clustering):
+            if name == column:
+                return index
+        if any(name == column for name, _ in self.columns):
+            raise SchemaError(f"{self.qualified}.{column} is not a clustering column")
+        raise SchemaError(f"unknown clustering column {column!r} in {self.qualified}")
+
+    def static_index(self, column: str) -> int | None:
+        for index, (name, _) in enumerate(self.static):
+            if name == column:
+                return index
+        return None
+
+    def check_clustering(self, values: Sequence[object], *, full: bool) -> tuple[object, ...]:
+        """``values`` as a clustering key (``full``) or prefix of this table, type-checked."""
+        if len(values) > len(self.clustering) or (full and len(values) != len(self.clustering)):
+            raise SchemaError(
+                f"{self.qualified} has {len(self.clustering)} clustering column(s), "
+                f"got {len(values)} value(s)"
+            )
+        out = []
+        for (name, cql_type, _), value in zip(self.clustering, values, strict=False):
+            if value is None:
+                raise SchemaError(f"{self.qualified}.{name}: a clustering value cannot be null")
+            out.append(check_type(f"{self.qualified}.{name}", cql_type, value))
+        return tuple(out)
 
     @property
     def qualified(self) -> str:
@@ -66,6 +111,8 @@ class TableSchema:
         return index
 
     def column_type(self, column: str) -> str:
+        if self.static_index(column) is not None:
+            return dict(self.static)[column]
         return self.columns[self.column_index(column)][1]
 
     def routing_key(self, values: Sequence[object]) -> bytes:
@@ -209,18 +256,29 @@ class Catalog:
 
     @staticmethod
     def from_mapping(spec: Mapping[str, Mapping[str, Sequence[Sequence[str]]]]) -> Catalog:
-        """Tables from config: ``{"ks.t": {"partition_key": [[name, type]], "columns": [...]}}``."""
+        """Tables from config (docs/sidecars.md): ``{"ks.t": {"partition_key": [[name, type]],
+        "clustering": [[name, type, "asc"|"desc"]], "columns": [...], "static": [...]}}``."""
         catalog = Catalog()
         for qualified, table in spec.items():
             keyspace, _, name = qualified.partition(".")
             if not keyspace or not name:
                 raise SchemaError(f"table name {qualified!r} must be keyspace.table")
+            clustering = []
+            for column in table.get("clustering", ()):
+                if len(column) not in (2, 3):
+                    raise SchemaError(
+                        f"{qualified}.clustering: {column!r} is not [name, type, order]"
+                    )
+                order = column[2] if len(column) == 3 else "asc"
+                clustering.append((column[0], column[1], order))
             catalog.add(
                 TableSchema(
                     keyspace,
                     name,
                     tuple((c[0], c[1]) for c in table.get("partition_key", ())),
                     tuple((c[0], c[1]) for c in table.get("columns", ())),
+                    tuple(clustering),
+                    tuple((c[0], c[1]) for c in table.get("static", ())),
                 )
             )
         return catalog
@@ -242,14 +300,42 @@ def check_key(catalog: Catalog, key: Key) -> TableSchema:
     return table
 
 
-def check_row(table: TableSchema, row: object) -> None:
-    """SchemaError unless ``row`` (a written value) fits ``table``'s columns."""
+def check_row(
+    table: TableSchema, row: object, columns: tuple[tuple[str, str], ...] | None = None
+) -> None:
+    """SchemaError unless ``row`` (a written value) fits ``table``'s columns (or the
+    ``columns`` given: the static ones for a static row)."""
+    columns = table.columns if columns is None else columns
     if row is None:
         return
-    if not isinstance(row, tuple) or len(row) != len(table.columns):
-        raise SchemaError(f"{table.qualified}: a row needs {len(table.columns)} values")
-    for (name, cql_type), value in zip(table.columns, row, strict=True):
+    if not isinstance(row, tuple) or len(row) != len(columns):
+        raise SchemaError(f"{table.qualified}: a row needs {len(columns)} values")
+    for (name, cql_type), value in zip(columns, row, strict=True):
         check_type(f"{table.qualified}.{name}", cql_type, value)
+
+
+def check_write(table: TableSchema, write: WriteOp) -> None:
+    """SchemaError unless a computed write fits ``table``: its clustering key or prefix, its
+    bounds and its row (static columns for a static row)."""
+    full = write.scope is WriteScope.ROW
+    if write.scope in (WriteScope.ROW, WriteScope.RANGE):
+        if full and not table.clustering and write.clustering == ():
+            pass
+        else:
+            table.check_clustering(write.clustering, full=full)
+    if write.scope is WriteScope.RANGE:
+        index = len(write.clustering)
+        for bound in (write.lower, write.upper):
+            if bound is None:
+                continue
+            if index >= len(table.clustering):
+                raise SchemaError(f"{table.qualified}: a range past the last clustering column")
+            name, cql_type, _ = table.clustering[index]
+            check_type(f"{table.qualified}.{name}", cql_type, bound.value)
+    if write.scope is WriteScope.STATIC and not write.delete:
+        check_row(table, write.value, table.static)
+    elif write.scope is WriteScope.ROW and not write.delete:
+        check_row(table, write.value)
 
 
 def routing_key_of(key: Key) -> bytes:

@@ -49,7 +49,7 @@ from accord_cassandra.ports import (
     wait_for_json,
     write_json_atomically,
 )
-from accord_cassandra.schema import Catalog, SchemaError, check_key, check_row, check_type
+from accord_cassandra.schema import Catalog, SchemaError, check_key, check_type, check_write
 from accord_cassandra.translate import (
     MAX_LETS,
     MAX_MUTATIONS,
@@ -409,9 +409,7 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                         if isinstance(item, Const):
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
-                table = check_key(catalog, write.key)
-                if not write.delete:
-                    check_row(table, write.value)
+                check_write(check_key(catalog, write.key), write)
         except SchemaError as error:
             raise InvalidMessage(f"{type(body).__name__}: {error}") from None
 
@@ -517,7 +515,7 @@ class Sidecar:
             store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
         else:
             catalog = Catalog.from_mapping(config.tables)
-            store = MemoryDataStore()
+            store = MemoryDataStore(catalog)
         self.catalog = catalog
         try:
             journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)
