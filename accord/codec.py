@@ -16,7 +16,7 @@ Theory of operation:
   ``DeletePartition`` 6; selections ``RowAt`` 0, ``Slice`` 1, ``StaticAt`` 2); operators
   are small integers. A read answer is ``[key, value]`` (a row at ``()``) or
   ``[key, [[selection, value], ...], error]`` (a ``PartitionRead``). Fields added in
-  :data:`CODEC_VERSION` 2 trail the version-1 ones and are left off at their defaults.
+  :data:`CODEC_VERSION` 3 trail the version-2 ones and are left off at their defaults.
 * A user :data:`~accord.primitives.Value` maps onto msgpack's own types (nil, bool, int,
   str as str, bytes as bin, tuple as array), so tuple, bytes and str stay distinct. Only
   exact types are accepted: a list, float, enum or NamedTuple value has no wire form.
@@ -86,12 +86,13 @@ from accord.primitives import (
     WriteScope,
 )
 
-CODEC_VERSION: Final = 2
-"""Version 2 (partitions of rows) adds selections, the row, slice, count and static
+CODEC_VERSION: Final = 3
+"""The wire and journal format's version (the sidecars' peer batches carry it and refuse
+another). Version 3 (partitions of rows) adds selections, the row, slice, count and static
 expressions, the row, static, range and partition writes, TTLs, ``Txn.returns``,
 ``TxnResult.returned`` and ``PartitionRead`` answers, all as new kinds or trailing fields:
-every version-1 message and journal record decodes unchanged, and anything a version-1
-node could describe encodes to the same bytes as before."""
+every version-2 message and journal record decodes unchanged (journals need no migration),
+and anything a version-2 node could describe encodes to the same bytes as before."""
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 """Largest encoded message or record, in bytes (16 MiB); larger input is refused unread."""
 MAX_VALUE_DEPTH: Final = 32
@@ -242,10 +243,10 @@ def _struct(cls: type[T], **fields: _Codec[Any]) -> _Codec[T]:
 
 
 def _extended_struct(cls: type[T], since_v1: int, **fields: _Codec[Any]) -> _Codec[T]:
-    """Like :func:`_struct` for a class that gained fields after its first ``since_v1``:
-    encoding drops the trailing fields still at their defaults, so an object a version-1
-    peer could describe encodes exactly as version 1 did, and decoding takes any length
-    from ``since_v1`` up."""
+    """Like :func:`_struct` for a class that gained fields after its first ``since_v1``
+    (those of codec version 2): encoding drops the trailing fields still at their defaults,
+    so an object a version-2 peer could describe encodes exactly as version 2 did, and
+    decoding takes any length from ``since_v1`` up."""
     declared = [f for f in dataclasses.fields(cast("type[Any]", cls)) if f.init]
     check_state(
         [f.name for f in declared] == list(fields), "codec of %s needs %s", cls.__name__, declared

@@ -223,6 +223,8 @@ class Catalog:
         self, tables: Sequence[TableSchema] = (), unusable: Mapping[str, str] | None = None
     ) -> None:
         self._tables: dict[str, TableSchema] = {t.qualified: t for t in tables}
+        # Why writes with a TTL are refused, when the store cannot honour them.
+        self.ttl_refused: str | None = None
         # Tables that exist but cannot be served, with the reason (named in errors).
         self.unusable: dict[str, str] = dict(unusable or {})
 

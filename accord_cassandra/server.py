@@ -32,6 +32,7 @@ from accord.messages.validate import InvalidMessage, MessageLimits
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     ACCORD_TABLES,
+    CASSANDRA_TTL_REFUSED,
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
@@ -185,6 +186,7 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             translation.lets,
             self.catalog,
             range_checked=translation.range_checked,
+            views=translation.views,
         )
 
 
@@ -512,6 +514,7 @@ class Sidecar:
             for name, why in sorted(unusable.items()):
                 logger.warning("table %s is not served: %s", name, why)
             catalog = Catalog(tables, unusable)
+            catalog.ttl_refused = CASSANDRA_TTL_REFUSED
             store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
         else:
             catalog = Catalog.from_mapping(config.tables)

@@ -129,7 +129,7 @@ def value_depth(value: Value) -> int:
 
 
 clusterings: SearchStrategy[tuple[Value, ...]] = st.lists(
-    st.one_of(st.booleans(), int64s, st.text(max_size=4), st.binary(max_size=4)), max_size=3
+    st.one_of(st.booleans(), int64s, st.text(max_size=4), st.binary(max_size=4)), max_size=2
 ).map(tuple)
 bounds: SearchStrategy[Bound | None] = st.none() | st.builds(
     Bound, st.one_of(int64s, st.text(max_size=4)), st.booleans()
@@ -214,7 +214,7 @@ def txns(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Txn:
     update = draw(st.none() | updates(key))
     must_read = update is None or not update.writes
     reads = draw(st.lists(key, min_size=1 if must_read else 0, max_size=3))
-    returns = draw(st.lists(exprs(key), max_size=2))
+    returns = draw(st.lists(exprs(key), max_size=1))
     return Txn(tuple(reads), update, tuple(returns))
 
 

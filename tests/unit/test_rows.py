@@ -423,8 +423,8 @@ def test_selections_are_the_read_set() -> None:
 # ---------------------------------------------------------------------------- wire
 
 
-def test_version_1_bytes_decode_and_reencode_unchanged() -> None:
-    # Encoded by the codec before partitions held rows (CODEC_VERSION 1).
+def test_version_2_bytes_decode_and_reencode_unchanged() -> None:
+    # Encoded by the codec before partitions held rows (CODEC_VERSION 2).
     old_apply = bytes.fromhex(
         "990e07940102010392919205a76b732e743a3030929293009205a76b732e743a30309204929303930192"
         "05a76b732e743a30309101009200a17892019206a16291930793019205a76b732e743a3030c0c0929205"
@@ -433,7 +433,7 @@ def test_version_1_bytes_decode_and_reencode_unchanged() -> None:
         "01a178c3c0"
     )
     old_read = bytes.fromhex("942403940102010391929205a76b732e743a30309201c4017a")
-    assert CODEC_VERSION == 2
+    assert CODEC_VERSION == 3
     for data in (old_apply, old_read):
         decoded = decode_message(data)
         assert encode_message(decoded) == data
