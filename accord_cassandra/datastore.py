@@ -354,6 +354,8 @@ class CassandraDataStore:
                 self._row(row, width, len(table.columns)),
             )
             for row in rows
+            # A partition holding only static columns reads as one row of null clustering.
+            if row[0] is not None
         )
         return out, None
 

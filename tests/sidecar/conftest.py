@@ -37,6 +37,13 @@ EMBEDDED_TABLES = {
         "partition_key": [["region", "text"], ["sku", "int"]],
         "columns": [["qty", "int"], ["name", "text"], ["photo", "blob"], ["active", "boolean"]],
     },
+    # Per-account ledger rows clustered by time, the balance a static column.
+    "bank.ledger": {
+        "partition_key": [["account", "text"]],
+        "clustering": [["at", "bigint", "desc"], ["transfer", "text", "asc"]],
+        "columns": [["amount", "bigint"], ["memo", "text"]],
+        "static": [["balance", "bigint"]],
+    },
 }
 # Production timing. A shorter recover_delay_ms (0.5 s) looks tempting for crash tests, but
 # on this 2-core machine commit latency under load with the Cassandra store is near a second,
@@ -108,6 +115,10 @@ def bank_schema(keyspace: str) -> list[str]:
         # Tables Accord cannot serve must not stop the sidecar from serving the others.
         f"CREATE TABLE {keyspace}.profiles (id text PRIMARY KEY, labels map<text, int>)",
         f"CREATE TABLE {keyspace}.events (id text, at int, what text, PRIMARY KEY (id, at))",
+        f"CREATE TABLE {keyspace}.ledger (account text, at bigint, transfer text, amount bigint, "
+        "memo text, balance bigint static, PRIMARY KEY (account, at, transfer)) "
+        "WITH CLUSTERING ORDER BY (at DESC, transfer ASC)",
+        f"CREATE TABLE {keyspace}.hits (id text PRIMARY KEY, n counter)",
     ]
 
 

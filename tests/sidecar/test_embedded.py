@@ -15,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from accord import MAX_ROWS_PER_SLICE
 from accord.codec import encode_message
 from accord.messages import Envelope, InformDurable
 from accord.primitives import Timestamp
@@ -26,6 +27,7 @@ from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 from tests.sidecar.bank import Bank, verify_ledger
 from tests.sidecar.conftest import TOKEN, log_tails
+from tests.sidecar.ledger import Ledger
 
 TRANSACT = "/accord_cassandra.v1.Transactions/Transact"
 
@@ -386,3 +388,48 @@ def test_a_restarted_embedded_sidecar_still_has_its_rows(embedded: LocalSidecars
     embedded.restart(2, timeout=60)
     with client(embedded.sidecars[2].address) as c:
         assert c.transact(reader).rows == expected
+
+
+# ---------------------------------------------------------------------------- clustered bank
+
+
+def test_clustered_bank_ledger_matches_balances_under_concurrency(
+    embedded: LocalSidecars,
+) -> None:
+    ledger = Ledger(embedded.addresses(), "bank", [f"acct{i}" for i in range(4)], token=TOKEN)
+
+    async def scenario() -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+        await ledger.setup()
+        await ledger.run(workers=4, transfers=8)
+        return await ledger.audit()
+
+    audit = asyncio.run(scenario())
+    assert len(ledger.acked) >= 10, (ledger.errors, log_tails(embedded))
+    assert ledger.problems(audit) == [], ledger.errors
+    serving_everywhere(embedded)
+
+
+def test_bad_clustered_requests_are_invalid_argument_and_the_cluster_serves_on(
+    embedded: LocalSidecars,
+) -> None:
+    unknown_column = Transaction()
+    unknown_column.let_slice("s", "bank", "ledger", "acct0", column="when", ge=1)
+    no_partition_key = Transaction()
+    no_partition_key.let_slice("s", "bank", "ledger", [], column="at", ge=1)
+    regular_range = Transaction()
+    regular_range.let_slice("s", "bank", "ledger", "acct0", column="amount", ge=1)
+    over_cap = Transaction()
+    over_cap.let_slice("s", "bank", "ledger", "acct0", limit=MAX_ROWS_PER_SLICE + 1)
+    for request, culprit in (
+        (unknown_column, "unknown clustering column 'when'"),
+        (no_partition_key, "whole partition key"),
+        (regular_range, "bank.ledger.amount is not a clustering column"),
+        (over_cap, "MAX_ROWS_PER_SLICE"),
+    ):
+        error = transact_error(embedded.addresses()[0], request)
+        assert error.code == "INVALID_ARGUMENT" and culprit in error.message, error.message
+    serving_everywhere(embedded)
+    with client(embedded.addresses()[1]) as c:
+        t = Transaction()
+        t.let_slice("s", "bank", "ledger", "nobody")
+        assert c.transact(t).slices["s"] == []
