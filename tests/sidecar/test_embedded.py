@@ -333,6 +333,44 @@ def test_cli_txn_prints_the_result_and_reports_errors(embedded: LocalSidecars) -
     assert done.returncode == 2 and "not a TransactRequest" in done.stderr
 
 
+def test_cli_txn_writes_a_clustered_row_with_a_ttl_and_reads_a_slice(
+    embedded: LocalSidecars,
+) -> None:
+    address = embedded.addresses()[0]
+    row = {
+        "keyspace": "bank",
+        "table": "ledger",
+        "partitionKey": [{"text": "cli"}],
+        "clustering": [{"int": "5"}, {"text": "t"}],
+    }
+    write = {
+        "mutations": [
+            {
+                "row": row,
+                "upsert": {"set": [{"column": "amount", "value": {"literal": {"int": "3"}}}]},
+                "ttl": 3600,
+            }
+        ]
+    }
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(write))
+    assert done.returncode == 0 and json.loads(done.stdout)["applied"] is True, done.stderr
+    partition = {k: v for k, v in row.items() if k != "clustering"}
+    read = {
+        "lets": [
+            {
+                "name": "s",
+                "row": partition,
+                "slice": {"column": "at", "lower": {"value": {"int": "1"}}, "limit": 10},
+            }
+        ]
+    }
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(read))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["slices"] == {
+        "s": [{"at": 5, "transfer": "t", "amount": 3, "memo": None}]
+    }
+
+
 def test_cli_sidecar_names_the_bad_field(tmp_path: object) -> None:
     from pathlib import Path
 
