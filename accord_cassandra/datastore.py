@@ -40,6 +40,8 @@ deleted or all-null row has none, so such writes first record theirs in ``accord
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -202,13 +204,42 @@ CASSANDRA_TTL_REFUSED = (
 
 
 def _to_driver(cql_type: str, value: object) -> object:
-    if value is not None and cql_type in ("uuid", "timeuuid"):
+    if value is None:
+        return None
+    if cql_type in ("uuid", "timeuuid"):
         return uuid.UUID(str(value))
+    if cql_type == "timestamp":
+        assert isinstance(value, int)
+        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
+    if cql_type == "date":
+        from cassandra.util import Date
+
+        return Date(value)
+    if cql_type == "time":
+        from cassandra.util import Time
+
+        return Time(value)
+    if cql_type == "decimal":
+        return decimal.Decimal(str(value))
     return value
 
 
 def _from_driver(value: object) -> object:
-    return str(value) if isinstance(value, uuid.UUID) else value
+    """A driver value as the core's (schema.py's mapping of each CQL type)."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        delta = value.replace(tzinfo=None) - datetime.datetime(1970, 1, 1)
+        return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    days = getattr(value, "days_from_epoch", None)
+    if isinstance(days, int):
+        return days
+    nanos = getattr(value, "nanosecond_time", None)
+    if isinstance(nanos, int):
+        return nanos
+    return value
 
 
 class CassandraDataStore:

@@ -14,6 +14,8 @@ columns in key order with their order (``asc``/``desc``); ``static`` the static 
 
 from __future__ import annotations
 
+import decimal
+import ipaddress
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +25,19 @@ from accord_cassandra import tokens
 
 INT_TYPES = {"int": 32, "bigint": 64, "smallint": 16, "tinyint": 8, "counter": 64, "varint": 64}
 TEXT_TYPES = frozenset({"text", "varchar", "ascii"})
-SUPPORTED_TYPES = frozenset({*INT_TYPES, *TEXT_TYPES, "blob", "boolean", "uuid", "timeuuid"})
+# Time types as integers: timestamp (ms since the epoch), date (days since the epoch), time
+# (ns since midnight); inet as its canonical text; decimal as its canonical text.
+TIME_TYPES = {
+    "timestamp": (-(2**63), 2**63 - 1),
+    "date": (-(2**31), 2**31 - 1),
+    "time": (0, 86_400 * 10**9 - 1),
+}
+SUPPORTED_TYPES = frozenset(
+    {*INT_TYPES, *TEXT_TYPES, *TIME_TYPES, "blob", "boolean", "uuid", "timeuuid", "inet", "decimal"}
+)
+# Their core values do not order as Cassandra orders them (text for inet and decimal).
+NOT_CLUSTERING_TYPES = frozenset({"inet", "decimal"})
+NOT_PARTITION_KEY_TYPES = frozenset({"decimal"})
 # A row or value larger than this is refused before it reaches the protocol.
 MAX_VALUE_BYTES = 64 * 1024
 # Cassandra's limit on a serialized partition key (an unsigned 16-bit length).
@@ -57,6 +71,18 @@ class TableSchema:
                 )
             if cql_type not in SUPPORTED_TYPES:
                 raise SchemaError(f"{self.qualified}.{name}: CQL type {cql_type} is not supported")
+        for name, cql_type in clustering:
+            if cql_type in NOT_CLUSTERING_TYPES:
+                raise SchemaError(
+                    f"{self.qualified}.{name}: CQL type {cql_type} is not supported as a "
+                    "clustering column (its Accord value would not sort as Cassandra sorts it)"
+                )
+        for name, cql_type in self.partition_key:
+            if cql_type in NOT_PARTITION_KEY_TYPES:
+                raise SchemaError(
+                    f"{self.qualified}.{name}: CQL type {cql_type} is not supported in a "
+                    "partition key"
+                )
         for name, _, order in self.clustering:
             if order not in ("asc", "desc"):
                 raise SchemaError(
@@ -175,6 +201,28 @@ def check_type(where: str, cql_type: str, value: object) -> object:
         if not isinstance(value, bool):
             raise SchemaError(f"{where} is boolean; got {type(value).__name__} {value!r}")
         return value
+    if cql_type in TIME_TYPES:
+        low, high = TIME_TYPES[cql_type]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SchemaError(f"{where} is {cql_type}; got {type(value).__name__} {value!r}")
+        if not low <= value <= high:
+            raise SchemaError(f"{where} is {cql_type}; {value} is out of range")
+        return value
+    if cql_type == "inet":
+        try:
+            return str(ipaddress.ip_address(str(value)))
+        except ValueError:
+            raise SchemaError(f"{where} is inet; {value!r} is not an IP address") from None
+    if cql_type == "decimal":
+        if not isinstance(value, str):
+            raise SchemaError(f"{where} is decimal (as text); got {type(value).__name__}")
+        try:
+            number = decimal.Decimal(value)
+        except decimal.InvalidOperation:
+            raise SchemaError(f"{where} is decimal; {value!r} is not a number") from None
+        if not number.is_finite() or len(value) > 1000:
+            raise SchemaError(f"{where} is decimal; {value!r} is not a finite number")
+        return str(number)
     if cql_type in ("uuid", "timeuuid"):
         try:
             parsed = uuid.UUID(str(value))
@@ -213,6 +261,15 @@ def serialize(name: str, cql_type: str, value: object, table: str) -> bytes:
         return checked.to_bytes(1, "big", signed=True)
     if cql_type == "boolean":
         return b"\x01" if checked else b"\x00"
+    if cql_type in ("timestamp", "time"):
+        assert isinstance(checked, int)
+        return tokens.bigint_key(checked)
+    if cql_type == "date":
+        assert isinstance(checked, int)
+        # Cassandra's date: unsigned 32-bit days with the epoch at 2^31.
+        return (checked + 2**31).to_bytes(4, "big")
+    if cql_type == "inet":
+        return ipaddress.ip_address(str(checked)).packed
     return tokens.uuid_key(uuid.UUID(str(checked)))
 
 
@@ -353,6 +410,10 @@ def _deserialize(cql_type: str, data: bytes) -> object:
         return data != b"\x00"
     if cql_type in ("uuid", "timeuuid"):
         return str(uuid.UUID(bytes=data))
+    if cql_type == "date":
+        return int.from_bytes(data, "big") - 2**31
+    if cql_type == "inet":
+        return str(ipaddress.ip_address(data))
     return int.from_bytes(data, "big", signed=True)
 
 

@@ -247,3 +247,31 @@ def test_a_ttl_the_store_cannot_honour_is_refused_before_commit() -> None:
     assert "not yet served" in error_of(t, ttl_refused="USING TTL is not yet served here")
     bad = Transaction().update("bank", "ledger", "a", (1, "x"), ttl=MAX_TTL_SECONDS + 1, amount=1)
     assert "exceeds the maximum" in error_of(bad)
+
+
+def test_time_inet_and_decimal_types_are_checked_and_keys_round_trip() -> None:
+    from accord_cassandra.schema import partition_values, routing_key_of
+
+    table = TableSchema(
+        "ks",
+        "typed",
+        (("day", "date"), ("host", "inet"), ("at", "timestamp")),
+        (("price", "decimal"), ("tod", "time")),
+    )
+    key = table.key([-3, "::ffff:1.2.3.4", -1])
+    assert partition_values(table, routing_key_of(key)) == (-3, "::ffff:102:304", -1)
+    assert table.check_value("price", "1.50") == "1.50"
+    for column, value, problem in (
+        ("price", "abc", "not a number"),
+        ("price", "NaN", "not a finite number"),
+        ("tod", 86_400 * 10**9, "out of range"),
+        ("tod", "noon", "got str"),
+    ):
+        with pytest.raises(SchemaError, match=problem):
+            table.check_value(column, value)
+    with pytest.raises(SchemaError, match="not an IP address"):
+        table.key([1, "nowhere", 0])
+    with pytest.raises(SchemaError, match="not supported as a clustering column"):
+        TableSchema("ks", "t", (("id", "text"),), (), (("ip", "inet", "asc"),))
+    with pytest.raises(SchemaError, match="not supported in a partition key"):
+        TableSchema("ks", "t", (("d", "decimal"),), ())

@@ -180,3 +180,32 @@ def test_bad_clustered_input_is_invalid_argument_and_the_cluster_serves_on(
         t = Transaction()
         t.let_slice("s", ks, "ledger", "nobody")
         assert client.transact(t).slices["s"] == []
+
+
+def test_time_inet_and_decimal_columns_on_cassandra(cassandra_sidecars: CassandraSidecars) -> None:
+    sidecars = cassandra_sidecars
+    ks = sidecars.keyspace
+    sidecars.session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.typed (day date, host inet, at timestamp, "
+        "price decimal, tod time, PRIMARY KEY ((day, host), at))",
+        timeout=60,
+    )
+    sidecars.session.cluster.refresh_schema_metadata()
+    catalog = Catalog(tables_from_cluster(sidecars.session.cluster.metadata, [ks]))
+    table = catalog.table(ks, "typed")
+    store = CassandraDataStore(sidecars.session, catalog)
+    key = table.key([19_000, "10.0.0.7"])
+    row = (table.check_value("price", "12.340"), 3_600 * 10**9)
+
+    async def run() -> object:
+        stamp = _stamp()
+        await store.write([WriteOp(key, row, clustering=(1_700_000_000_123,))], stamp)
+        read = await store.read([Slice(key)], _stamp())
+        return read[key].get(Slice(key))
+
+    assert asyncio.run(run()) == (((1_700_000_000_123,), row),)
+    token = sidecars.session.execute(
+        f"SELECT token(day, host) FROM {ks}.typed WHERE day = '2022-01-08' AND host = '10.0.0.7'",
+        timeout=60,
+    ).one()[0]
+    assert token == key.token
