@@ -539,7 +539,9 @@ def _writes(
                 guards.extend(_range_guards(expr, INT_TYPES[column_type]))
                 checked.append(f"{table.qualified}.{assignment.column} ({column_type})")
             target_map[column_index] = expr
-        if not assigned and not statics:
+        names_a_row = bool(table.clustering) and full
+        if not assigned and not statics and not names_a_row:
+            # A clustered row may be just its primary key (INSERT of the key columns).
             raise RequestError(f"mutation {index}: an upsert must set at least one column")
         if statics:
             static_row = tuple(

@@ -24,6 +24,9 @@ import pytest
 from accord_cassandra.cluster import LocalSidecars, wait_serving
 from accord_cassandra.datastore import accord_tables_cql
 from accord_cassandra.launcher import CassandraHandle
+from stacksaga_store.store.schema import TABLES as SAGA_TABLES
+from stacksaga_store.store.schema import create_table_cql
+from tests.sidecar.saga_tables import memory_tables
 
 TOKEN = "test-token-0123456789"
 ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]
@@ -45,6 +48,7 @@ EMBEDDED_TABLES = {
         "static": [["balance", "bigint"]],
     },
 }
+EMBEDDED_TABLES.update(memory_tables("saga"))
 # Production timing. A shorter recover_delay_ms (0.5 s) looks tempting for crash tests, but
 # on this 2-core machine commit latency under load with the Cassandra store is near a second,
 # so the progress log then recovers live transactions wholesale (hundreds of recoveries, and
@@ -119,6 +123,8 @@ def bank_schema(keyspace: str) -> list[str]:
         "memo text, balance bigint static, PRIMARY KEY (account, at, transfer)) "
         "WITH CLUSTERING ORDER BY (at DESC, transfer ASC)",
         f"CREATE TABLE {keyspace}.hits (id text PRIMARY KEY, n counter)",
+        # The saga store's own nine tables, served beside the bank's.
+        *(create_table_cql(keyspace, table) for table in SAGA_TABLES),
     ]
 
 

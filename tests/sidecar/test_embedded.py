@@ -28,6 +28,7 @@ from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 from tests.sidecar.bank import Bank, verify_ledger
 from tests.sidecar.conftest import TOKEN, log_tails
 from tests.sidecar.ledger import Ledger
+from tests.sidecar.saga_tables import write_and_read_all_nine
 
 TRANSACT = "/accord_cassandra.v1.Transactions/Transact"
 
@@ -471,3 +472,9 @@ def test_bad_clustered_requests_are_invalid_argument_and_the_cluster_serves_on(
         t = Transaction()
         t.let_slice("s", "bank", "ledger", "nobody")
         assert c.transact(t).slices["s"] == []
+
+
+def test_the_saga_stores_nine_tables_in_one_transaction(embedded: LocalSidecars) -> None:
+    with client(embedded.addresses()[2]) as c:
+        read = write_and_read_all_nine(c, "saga")
+    assert len(read) == 9

@@ -29,6 +29,7 @@ from accord_cassandra.datastore import (
 from accord_cassandra.schema import Catalog
 from tests.sidecar.conftest import CassandraSidecars, log_tails
 from tests.sidecar.ledger import Ledger
+from tests.sidecar.saga_tables import write_and_read_all_nine
 from tests.unit.test_rows import NaiveModel
 
 pytestmark = pytest.mark.slow
@@ -209,3 +210,13 @@ def test_time_inet_and_decimal_columns_on_cassandra(cassandra_sidecars: Cassandr
         timeout=60,
     ).one()[0]
     assert token == key.token
+
+
+def test_the_saga_stores_nine_tables_in_one_transaction(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    with Client(sidecars.addresses()[1], timeout=30) as client:
+        read = write_and_read_all_nine(client, sidecars.keyspace)
+    assert len(read) == 9
