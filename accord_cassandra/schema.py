@@ -20,7 +20,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accord import Key, WriteOp, WriteScope
+from accord import (
+    DeleteRange,
+    DeleteRow,
+    Key,
+    MakeTuple,
+    PutRow,
+    PutStatic,
+    WriteOp,
+    WriteScope,
+)
 from accord_cassandra import tokens
 
 INT_TYPES = {"int": 32, "bigint": 64, "smallint": 16, "tinyint": 8, "counter": 64, "varint": 64}
@@ -395,6 +404,24 @@ def check_write(table: TableSchema, write: WriteOp) -> None:
         check_row(table, write.value, table.static)
     elif write.scope is WriteScope.ROW and not write.delete:
         check_row(table, write.value)
+
+
+def check_txn_write(catalog: Catalog, write: object) -> None:
+    """SchemaError unless a peer's declared row write could land: its clustering key fits
+    the table, a literal row has the table's width, and a TTL is one the store honours."""
+    if isinstance(write, PutRow | DeleteRow):
+        table = catalog.for_key(write.key)
+        if write.clustering or table.clustering:
+            table.check_clustering(write.clustering, full=True)
+    elif isinstance(write, DeleteRange):
+        catalog.for_key(write.key).check_clustering(write.prefix, full=False)
+    if isinstance(write, PutRow | PutStatic):
+        table = catalog.for_key(write.key)
+        width = len(table.static if isinstance(write, PutStatic) else table.columns)
+        if isinstance(write.value, MakeTuple) and len(write.value.items) != width:
+            raise SchemaError(f"{table.qualified}: a row of the wrong width")
+        if write.ttl is not None and catalog.ttl_refused is not None:
+            raise SchemaError(catalog.ttl_refused)
 
 
 def routing_key_of(key: Key) -> bytes:

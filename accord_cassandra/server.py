@@ -50,7 +50,14 @@ from accord_cassandra.ports import (
     wait_for_json,
     write_json_atomically,
 )
-from accord_cassandra.schema import Catalog, SchemaError, check_key, check_type, check_write
+from accord_cassandra.schema import (
+    Catalog,
+    SchemaError,
+    check_key,
+    check_txn_write,
+    check_type,
+    check_write,
+)
 from accord_cassandra.translate import (
     MAX_LETS,
     MAX_MUTATIONS,
@@ -403,6 +410,7 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
             for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
                 check_key(catalog, key)
             for put in txn.update.writes if txn and txn.update else ():
+                check_txn_write(catalog, put)
                 if isinstance(put, Put) and isinstance(put.value, MakeTuple):
                     table = catalog.for_key(put.key)
                     if len(put.value.items) != len(table.columns):
@@ -412,6 +420,8 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
                 check_write(check_key(catalog, write.key), write)
+                if write.ttl is not None and catalog.ttl_refused is not None:
+                    raise SchemaError(catalog.ttl_refused)
         except SchemaError as error:
             raise InvalidMessage(f"{type(body).__name__}: {error}") from None
 

@@ -275,3 +275,42 @@ def test_time_inet_and_decimal_types_are_checked_and_keys_round_trip() -> None:
         TableSchema("ks", "t", (("id", "text"),), (), (("ip", "inet", "asc"),))
     with pytest.raises(SchemaError, match="not supported in a partition key"):
         TableSchema("ks", "t", (("d", "decimal"),), ())
+
+
+def test_a_peers_row_write_that_cannot_land_is_refused() -> None:
+    from accord import Const, Deps, MakeTuple, PutRow, Txn, TxnResult, Update, WriteOp
+    from accord.messages import Apply, Envelope
+    from accord.messages.validate import InvalidMessage
+    from accord.primitives import Route
+    from accord_cassandra.server import peer_data_check
+
+    found = catalog()
+    key = found.table("bank", "ledger").key(["p"])
+    ts = Timestamp(1, 1_800_000_000_000_000, 1, 2)
+
+    def apply(write: PutRow, op: WriteOp) -> Envelope:
+        txn = Txn((), Update((write,)))
+        body = Apply(1, ts, txn, Route(key, (key,)), ts, Deps({}), (op,), TxnResult((), True))
+        return Envelope(2, 1, body)
+
+    good = PutRow(key, (1, "t"), Const((1, "m")), ttl=5)
+    peer_data_check(found)(apply(good, WriteOp(key, (1, "m"), clustering=(1, "t"), ttl=5)))
+    for write, op, problem in (
+        (PutRow(key, (1,), Const((1, "m"))), WriteOp(key, (1, "m"), clustering=(1,)), "got 1"),
+        (
+            PutRow(key, (1, "t"), MakeTuple((Const(1),))),
+            WriteOp(key, (1, "m"), clustering=(1, "t")),
+            "wrong width",
+        ),
+        (
+            PutRow(key, (1, "t"), Const((1, "m"))),
+            WriteOp(key, (1,), clustering=(1, "t")),
+            "a row needs 2 values",
+        ),
+        (PutRow(key, ("x", "t"), Const((1, "m"))), WriteOp(key, (1, "m")), "is bigint"),
+    ):
+        with pytest.raises(InvalidMessage, match=problem):
+            peer_data_check(found)(apply(write, op))
+    found.ttl_refused = "USING TTL is not yet served by the Cassandra store"
+    with pytest.raises(InvalidMessage, match="not yet served"):
+        peer_data_check(found)(apply(good, WriteOp(key, (1, "m"), clustering=(1, "t"), ttl=5)))

@@ -98,21 +98,21 @@ def test_cassandra_memory_and_model_agree_on_random_row_operations(
         memory = MemoryDataStore(catalog)
         model = NaiveModel()
         steps = data.draw(st.lists(batches(key), min_size=1, max_size=5))
-        slices = data.draw(
-            st.lists(
-                st.builds(
-                    Slice,
-                    st.just(key),
-                    st.just(()) | st.tuples(st.integers(0, 3)),
-                    bounds,
-                    bounds,
-                    st.booleans(),
-                    st.none() | st.integers(1, 4),
-                ),
-                min_size=1,
-                max_size=3,
-            )
+        text_bounds = st.none() | st.builds(Bound, st.sampled_from("abc"), st.booleans())
+        on_c = st.builds(Slice, st.just(key), st.just(()), bounds, bounds)
+        on_d = st.builds(
+            Slice, st.just(key), st.tuples(st.integers(0, 3)), text_bounds, text_bounds
         )
+        slices = [
+            Slice(s.key, s.prefix, s.lower, s.upper, reverse, limit)
+            for s, reverse, limit in data.draw(
+                st.lists(
+                    st.tuples(on_c | on_d, st.booleans(), st.none() | st.integers(1, 4)),
+                    min_size=1,
+                    max_size=3,
+                )
+            )
+        ]
 
         async def run() -> None:
             for ops in steps:

@@ -159,14 +159,14 @@ def exprs(
 ) -> SearchStrategy[Expr]:
     key = keys() if key is None else key
     value = values(max_leaves=4) if value is None else value
-    leaves = st.one_of(
-        st.builds(Const, value),
-        st.builds(ReadOf, key, value),
+    # Partition reads are a third of the leaves: drawing them is dearer (slices, bounds).
+    partition_leaves = st.one_of(
         st.builds(RowOf, key, clusterings, value),
         st.builds(SliceOf, slices(key)),
         st.builds(CountOf, slices(key)),
         st.builds(StaticOf, key),
     )
+    leaves = st.one_of(st.builds(Const, value), st.builds(ReadOf, key, value), partition_leaves)
     return st.recursive(
         leaves,
         lambda inner: st.one_of(
@@ -191,6 +191,12 @@ def writes(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Write]:
     return st.one_of(
         st.builds(Put, key, exprs(key)),
         st.builds(Delete, key),
+        row_writes(key),
+    )
+
+
+def row_writes(key: SearchStrategy[Key]) -> SearchStrategy[Write]:
+    return st.one_of(
         st.builds(PutRow, key, clusterings, exprs(key), ttls),
         st.builds(PutStatic, key, exprs(key), ttls),
         st.builds(DeleteRow, key, clusterings),

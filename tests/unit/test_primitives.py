@@ -483,6 +483,7 @@ def test_a_txn_without_update_reads_in_its_own_order() -> None:
     assert result.read(A) == 1 and result.read(C) is None
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(txns(keys(small=True)), st.dictionaries(keys(small=True), values(max_leaves=4)))
 def test_execute_is_total_and_deterministic(txn: Txn, store: dict[Key, Value]) -> None:
     produced, result = execute(txn, store)
