@@ -150,8 +150,9 @@ class _Builder:
         if len(ref.partition_key) != len(table.partition_key):
             names = ", ".join(name for name, _ in table.partition_key)
             raise RequestError(
-                f"{table.qualified}: every read or write names a whole partition key "
-                f"({names}); got {len(ref.partition_key)} value(s)"
+                f"{table.qualified} has {len(table.partition_key)} partition key column(s) "
+                f"({names}): every read or write names a whole partition key; "
+                f"got {len(ref.partition_key)} value(s)"
             )
         return table, table.key([value_from_proto(v) for v in ref.partition_key])
 

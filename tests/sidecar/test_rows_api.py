@@ -229,7 +229,7 @@ def _bound_of_the_wrong_type() -> Transaction:
         (_unknown_clustering_column, "unknown clustering column 'when' in bank.ledger"),
         (_range_over_a_regular_column, "bank.ledger.amount is not a clustering column"),
         (_range_skipping_a_clustering_column, "the next clustering column is at"),
-        (_slice_without_partition_key, "names a whole partition key (account); got 0"),
+        (_slice_without_partition_key, "(account): every read or write names a whole partition"),
         (_limit_over_the_cap, f"LIMIT {MAX_ROWS_PER_SLICE + 1} exceeds MAX_ROWS_PER_SLICE"),
         (_counter_table, "bank.hits.n is a counter"),
         (_column_of_a_wide_slice, "s.amount: LET s is a slice; a column of it needs LIMIT 1"),
