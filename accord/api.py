@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from accord.local.command import CommandSnapshot
 from accord.local.effects import DataRead, DataWrite
@@ -108,6 +108,10 @@ class DataStore(Protocol):
 
     def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         """Apply ``writes`` idempotently with a write timestamp derived from ``execute_at``."""
+
+
+if TYPE_CHECKING:  # the reference model satisfies the Protocol (checked by mypy)
+    _MODEL: DataStore = MemoryPartitions()
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from accord import (
     ClientReply,
@@ -66,7 +66,15 @@ from accord import (
     TxnResult,
     ring_topology,
 )
-from accord.api import CommandSnapshot, DataRead, DataWrite, HlcFloor, JournalRecord, Ready
+from accord.api import (
+    CommandSnapshot,
+    DataRead,
+    DataStore,
+    DataWrite,
+    HlcFloor,
+    JournalRecord,
+    Ready,
+)
 from accord.codec import CodecError, decode_message, encode_message
 from accord.messages import Envelope, Message
 from maelstrom.operations import (
@@ -116,6 +124,10 @@ class MemoryStore(MemoryPartitions):
     (:class:`accord.MemoryPartitions`); Maelstrom's workloads use each key's row at ``()``."""
 
     __slots__ = ()
+
+
+if TYPE_CHECKING:  # Maelstrom's store is an accord.api.DataStore (checked by mypy)
+    _MAELSTROM_STORE: DataStore = MemoryStore()
 
 
 class MemoryJournal:

@@ -21,9 +21,9 @@ import heapq
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accord.api import ClientReply, Durable, HlcFloor, JournalRecord, Ready
+from accord.api import ClientReply, DataStore, Durable, HlcFloor, JournalRecord, Ready
 from accord.local.command import CommandSnapshot
 from accord.local.commands import NO_BUGS, Bugs
 from accord.local.effects import DataRead, DataWrite
@@ -112,6 +112,10 @@ class SimDataStore(MemoryPartitions):
     """
 
     __slots__ = ()
+
+
+if TYPE_CHECKING:  # the simulator's store is an accord.api.DataStore (checked by mypy)
+    _SIM_STORE: DataStore = SimDataStore()
 
 
 @dataclass(slots=True)
