@@ -37,12 +37,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from accord.local.command import CommandSnapshot
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import Envelope
-from accord.primitives import Key, Timestamp, TxnId, TxnResult, Value, WriteOp
+from accord.primitives import (
+    Key,
+    MemoryPartitions,
+    PartitionRead,
+    Selection,
+    Timestamp,
+    TxnId,
+    TxnResult,
+    WriteOp,
+)
+from accord.primitives.rows import in_slice, partition_too_large, slice_too_large, value_size
 
 
 class Clock(Protocol):
@@ -106,13 +116,31 @@ class AsyncJournal(Protocol):
 
 
 class DataStore(Protocol):
-    """User data, written only through the protocol."""
+    """User data, written only through the protocol: partitions of rows
+    (:mod:`accord.primitives.rows`), with :class:`accord.primitives.MemoryPartitions` the
+    reference model of their semantics.
 
-    def read(self, keys: Sequence[Key], execute_at: Timestamp) -> Mapping[Key, Value]:
-        """Current values of ``keys`` (absent keys map to None)."""
+    * ``read`` answers every selection as of ``execute_at``, grouped by key, each key's
+      :class:`PartitionRead` holding every selection's result or the one error a limit gives
+      (:data:`~accord.primitives.MAX_ROWS_PER_SLICE`,
+      :data:`~accord.primitives.MAX_PARTITION_READ_BYTES`). A row written with a TTL is
+      visible iff ``execute_at.hlc`` precedes its writer's executeAt HLC plus the TTL.
+    * ``write`` applies computed writes (rows, static rows, row/range/partition deletes)
+      idempotently and order-agnostically with a timestamp derived from ``execute_at``;
+      at equal timestamps a deletion wins over a write, as in Cassandra.
+    """
+
+    def read(
+        self, selections: Sequence[Selection], execute_at: Timestamp
+    ) -> Mapping[Key, PartitionRead]:
+        """Every selection's result as of ``execute_at``."""
 
     def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         """Apply ``writes`` idempotently with a write timestamp derived from ``execute_at``."""
+
+
+if TYPE_CHECKING:  # the reference model satisfies the Protocol (checked by mypy)
+    _MODEL: DataStore = MemoryPartitions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,5 +181,12 @@ __all__ = [
     "HlcFloor",
     "Journal",
     "JournalRecord",
+    "MemoryPartitions",
+    "PartitionRead",
     "Ready",
+    "Selection",
+    "in_slice",
+    "partition_too_large",
+    "slice_too_large",
+    "value_size",
 ]

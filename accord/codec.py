@@ -11,7 +11,12 @@ Theory of operation:
   ``[epoch, hlc, flags, node]``, a ``Key`` ``[token, name]``, ``Deps``
   ``[[key, [txn_id, ...]], ...]``; a ``Status`` is its integer; optional fields are nil.
   Expressions and writes start with a kind (``Const`` 0, ``ReadOf`` 1, ``BinOp`` 2,
-  ``Item`` 3, ``MakeTuple`` 4; ``Put`` 0, ``Delete`` 1); operators are small integers.
+  ``Item`` 3, ``MakeTuple`` 4, ``RowOf`` 5, ``SliceOf`` 6, ``CountOf`` 7, ``StaticOf`` 8;
+  ``Put`` 0, ``Delete`` 1, ``PutRow`` 2, ``PutStatic`` 3, ``DeleteRow`` 4, ``DeleteRange`` 5,
+  ``DeletePartition`` 6; selections ``RowAt`` 0, ``Slice`` 1, ``StaticAt`` 2); operators
+  are small integers. A read answer is ``[key, value]`` (a row at ``()``) or
+  ``[key, [[selection, value], ...], error]`` (a ``PartitionRead``). Fields added in
+  :data:`CODEC_VERSION` 3 trail the version-2 ones and are left off at their defaults.
 * A user :data:`~accord.primitives.Value` maps onto msgpack's own types (nil, bool, int,
   str as str, bytes as bin, tuple as array), so tuple, bytes and str stay distinct. Only
   exact types are accepted: a list, float, enum or NamedTuple value has no wire form.
@@ -43,17 +48,32 @@ from accord.local.command import CommandSnapshot
 from accord.messages import Envelope, Message
 from accord.primitives import (
     BinOp,
+    Bound,
     Const,
+    CountOf,
     Delete,
+    DeletePartition,
+    DeleteRange,
+    DeleteRow,
     Deps,
     Expr,
     Item,
     Key,
     MakeTuple,
+    PartitionRead,
     Predicate,
     Put,
+    PutRow,
+    PutStatic,
     ReadOf,
     Route,
+    RowAt,
+    RowOf,
+    Selection,
+    Slice,
+    SliceOf,
+    StaticAt,
+    StaticOf,
     Status,
     Timestamp,
     Txn,
@@ -63,8 +83,16 @@ from accord.primitives import (
     Value,
     Write,
     WriteOp,
+    WriteScope,
 )
 
+CODEC_VERSION: Final = 3
+"""The wire and journal format's version (the sidecars' peer batches carry it and refuse
+another). Version 3 (partitions of rows) adds selections, the row, slice, count and static
+expressions, the row, static, range and partition writes, TTLs, ``Txn.returns``,
+``TxnResult.returned`` and ``PartitionRead`` answers, all as new kinds or trailing fields:
+every version-2 message and journal record decodes unchanged (journals need no migration),
+and anything a version-2 node could describe encodes to the same bytes as before."""
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 """Largest encoded message or record, in bytes (16 MiB); larger input is refused unread."""
 MAX_VALUE_DEPTH: Final = 32
@@ -214,6 +242,41 @@ def _struct(cls: type[T], **fields: _Codec[Any]) -> _Codec[T]:
     return _Codec(encode, decode)
 
 
+def _extended_struct(cls: type[T], since_v1: int, **fields: _Codec[Any]) -> _Codec[T]:
+    """Like :func:`_struct` for a class that gained fields after its first ``since_v1``
+    (those of codec version 2): encoding drops the trailing fields still at their defaults,
+    so an object a version-2 peer could describe encodes exactly as version 2 did, and
+    decoding takes any length from ``since_v1`` up."""
+    declared = [f for f in dataclasses.fields(cast("type[Any]", cls)) if f.init]
+    check_state(
+        [f.name for f in declared] == list(fields), "codec of %s needs %s", cls.__name__, declared
+    )
+    items = tuple(fields.items())
+    defaults = [f.default for f in declared]
+
+    def encode(obj: T) -> list[object]:
+        _exact(obj, cls)
+        values = [getattr(obj, name) for name, _ in items]
+        length = len(values)
+        while length > since_v1 and values[length - 1] == defaults[length - 1]:
+            length -= 1
+        return [
+            _field(name, codec.encode, value)
+            for (name, codec), value in zip(items[:length], values[:length], strict=True)
+        ]
+
+    def decode(wire: object) -> T:
+        values = _array(wire, cls.__name__)
+        if not since_v1 <= len(values) <= len(items):
+            raise CodecError(
+                f"expected {cls.__name__} of {since_v1} to {len(items)} elements, got {len(values)}"
+            )
+        decoded = [_field(n, c.decode, w) for (n, c), w in zip(items, values, strict=False)]
+        return _construct(cls, *decoded)
+
+    return _Codec(encode, decode)
+
+
 # ---------------------------------------------------------------------------- primitives
 
 _INT: Final = _Codec(_int, _int)
@@ -222,6 +285,55 @@ _STR: Final = _scalar(str)
 _VALUE: Final[_Codec[Value]] = _Codec(_value, _value)
 _KEY: Final = _struct(Key, token=_INT, name=_STR)
 _KEYS: Final = _tuple_of(_KEY, "Keys")
+
+
+def _clustering(wire: object) -> tuple[Value, ...]:
+    return tuple(_each(_array(wire, "a clustering key"), _value))
+
+
+_CLUSTERING: Final[_Codec[tuple[Value, ...]]] = _Codec(
+    lambda ck: _each(_exact(ck, tuple), _value), _clustering
+)
+_BOUND: Final = _optional(_struct(Bound, value=_VALUE, inclusive=_scalar(bool)))
+_LIMIT: Final = _optional(_Codec(_int, _int))
+_TTL: Final = _optional(_Codec(_int, _int))
+_SLICE: Final = _struct(
+    Slice,
+    key=_KEY,
+    prefix=_CLUSTERING,
+    lower=_BOUND,
+    upper=_BOUND,
+    reverse=_scalar(bool),
+    limit=_LIMIT,
+)
+_ROW_AT, _SLICE_KIND, _STATIC_AT = 0, 1, 2
+
+
+def _encode_selection(selection: Selection) -> list[object]:
+    if type(selection) is RowAt:
+        return [_ROW_AT, _KEY.encode(selection.key), _CLUSTERING.encode(selection.clustering)]
+    if type(selection) is Slice:
+        return [_SLICE_KIND, *cast("list[object]", _SLICE.encode(selection))]
+    if type(selection) is StaticAt:
+        return [_STATIC_AT, _KEY.encode(selection.key)]
+    raise CodecError(f"expected a selection, got {type(selection).__name__}")
+
+
+def _decode_selection(wire: object) -> Selection:
+    kind = _tag(_array(wire, "a selection"), "a selection")
+    fields = _array(wire, "a selection")[1:]
+    if kind == _ROW_AT:
+        key, clustering = _array(fields, "RowAt", 2)
+        return _construct(RowAt, _KEY.decode(key), _field("clustering", _clustering, clustering))
+    if kind == _SLICE_KIND:
+        return _SLICE.decode(fields)
+    if kind == _STATIC_AT:
+        (key,) = _array(fields, "StaticAt", 1)
+        return StaticAt(_KEY.decode(key))
+    raise CodecError(f"unknown selection kind {kind}")
+
+
+_SELECTION: Final[_Codec[Selection]] = _Codec(_encode_selection, _decode_selection)
 
 
 def _encode_timestamp(ts: Timestamp) -> list[int]:
@@ -292,10 +404,14 @@ def _operators(names: tuple[str, ...], what: str) -> _Codec[Any]:
 _BINARY: Final = _operators(("+", "-", "concat"), "operator")
 _COMPARE: Final = _operators(("=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"), "comparison")
 _CONST, _READ_OF, _BIN_OP, _ITEM, _MAKE_TUPLE = 0, 1, 2, 3, 4
+_ROW_OF, _SLICE_OF, _COUNT_OF, _STATIC_OF = 5, 6, 7, 8
+_PUT, _DELETE, _PUT_ROW, _PUT_STATIC, _DELETE_ROW, _DELETE_RANGE, _DELETE_PARTITION = range(7)
 # A new kind of expression or write must get a wire form here before anything can send it.
 check_state(
-    set(get_args(Expr)) == {Const, ReadOf, BinOp, Item, MakeTuple}
-    and set(get_args(Write)) == {Put, Delete},
+    set(get_args(Expr))
+    == {Const, ReadOf, BinOp, Item, MakeTuple, RowOf, SliceOf, CountOf, StaticOf}
+    and set(get_args(Write))
+    == {Put, Delete, PutRow, PutStatic, DeleteRow, DeleteRange, DeletePartition},
     "the codec does not know every kind of expression and write",
 )
 
@@ -323,6 +439,15 @@ def _encode_expr(expr: Expr, depth: int = 0) -> list[object]:
     if type(expr) is MakeTuple:
         items = _field("items", lambda i: _each(_exact(i, tuple), child), expr.items)
         return [_MAKE_TUPLE, items]
+    if type(expr) is RowOf:
+        clustering = _field("clustering", _CLUSTERING.encode, expr.clustering)
+        return [_ROW_OF, _KEY.encode(expr.key), clustering, _field("default", _value, expr.default)]
+    if type(expr) is SliceOf:
+        return [_SLICE_OF, _field("slice", _SLICE.encode, expr.slice)]
+    if type(expr) is CountOf:
+        return [_COUNT_OF, _field("slice", _SLICE.encode, expr.slice)]
+    if type(expr) is StaticOf:
+        return [_STATIC_OF, _KEY.encode(expr.key)]
     raise CodecError(f"expected an expression, got {type(expr).__name__}")
 
 
@@ -349,25 +474,94 @@ def _decode_expr(wire: object, depth: int = 0) -> Expr:
     if kind == _MAKE_TUPLE:
         (items,) = _array(wire, "MakeTuple", 2)[1:]
         return MakeTuple(tuple(_field("items", lambda i: _each(_array(i, "items"), child), items)))
+    if kind == _ROW_OF:
+        key, clustering, default = _array(wire, "RowOf", 4)[1:]
+        return _construct(
+            RowOf,
+            _KEY.decode(key),
+            _field("clustering", _clustering, clustering),
+            _field("default", _value, default),
+        )
+    if kind in (_SLICE_OF, _COUNT_OF):
+        (selected,) = _array(wire, "SliceOf", 2)[1:]
+        cls = SliceOf if kind == _SLICE_OF else CountOf
+        return cls(_field("slice", _SLICE.decode, selected))
+    if kind == _STATIC_OF:
+        (key,) = _array(wire, "StaticOf", 2)[1:]
+        return StaticOf(_KEY.decode(key))
     raise CodecError(f"unknown expression kind {kind}")
 
 
 def _encode_write(write: Write) -> list[object]:
+    key = _KEY.encode(write.key)
     if type(write) is Put:
-        return [0, _KEY.encode(write.key), _field("value", _encode_expr, write.value)]
+        return [_PUT, key, _field("value", _encode_expr, write.value)]
     if type(write) is Delete:
-        return [1, _KEY.encode(write.key)]
-    raise CodecError(f"expected Put or Delete, got {type(write).__name__}")
+        return [_DELETE, key]
+    if type(write) is PutRow:
+        clustering = _field("clustering", _CLUSTERING.encode, write.clustering)
+        value = _field("value", _encode_expr, write.value)
+        return [_PUT_ROW, key, clustering, value, _field("ttl", _TTL.encode, write.ttl)]
+    if type(write) is PutStatic:
+        value = _field("value", _encode_expr, write.value)
+        return [_PUT_STATIC, key, value, _field("ttl", _TTL.encode, write.ttl)]
+    if type(write) is DeleteRow:
+        return [_DELETE_ROW, key, _field("clustering", _CLUSTERING.encode, write.clustering)]
+    if type(write) is DeleteRange:
+        return [
+            _DELETE_RANGE,
+            key,
+            _field("prefix", _CLUSTERING.encode, write.prefix),
+            _field("lower", _BOUND.encode, write.lower),
+            _field("upper", _BOUND.encode, write.upper),
+        ]
+    if type(write) is DeletePartition:
+        return [_DELETE_PARTITION, key]
+    raise CodecError(f"expected a write, got {type(write).__name__}")
 
 
 def _decode_write(wire: object) -> Write:
     kind = _tag(_array(wire, "a write"), "a write")
-    if kind == 0:
+    if kind == _PUT:
         key, value = _array(wire, "Put", 3)[1:]
         return Put(_KEY.decode(key), _field("value", _decode_expr, value))
-    if kind == 1:
+    if kind == _DELETE:
         (key,) = _array(wire, "Delete", 2)[1:]
         return Delete(_KEY.decode(key))
+    if kind == _PUT_ROW:
+        key, clustering, value, ttl = _array(wire, "PutRow", 5)[1:]
+        return _construct(
+            PutRow,
+            _KEY.decode(key),
+            _field("clustering", _clustering, clustering),
+            _field("value", _decode_expr, value),
+            _field("ttl", _TTL.decode, ttl),
+        )
+    if kind == _PUT_STATIC:
+        key, value, ttl = _array(wire, "PutStatic", 4)[1:]
+        return _construct(
+            PutStatic,
+            _KEY.decode(key),
+            _field("value", _decode_expr, value),
+            _field("ttl", _TTL.decode, ttl),
+        )
+    if kind == _DELETE_ROW:
+        key, clustering = _array(wire, "DeleteRow", 3)[1:]
+        return _construct(
+            DeleteRow, _KEY.decode(key), _field("clustering", _clustering, clustering)
+        )
+    if kind == _DELETE_RANGE:
+        key, prefix, lower, upper = _array(wire, "DeleteRange", 5)[1:]
+        return _construct(
+            DeleteRange,
+            _KEY.decode(key),
+            _field("prefix", _clustering, prefix),
+            _field("lower", _BOUND.decode, lower),
+            _field("upper", _BOUND.decode, upper),
+        )
+    if kind == _DELETE_PARTITION:
+        (key,) = _array(wire, "DeletePartition", 2)[1:]
+        return DeletePartition(_KEY.decode(key))
     raise CodecError(f"unknown write kind {kind}")
 
 
@@ -378,22 +572,74 @@ _UPDATE: Final = _struct(
     writes=_tuple_of(_Codec(_encode_write, _decode_write), "writes"),
     condition=_tuple_of(_PREDICATE, "Predicates"),
 )
-_TXN: Final = _struct(Txn, reads=_KEYS, update=_optional(_UPDATE))
-_WRITE_OPS: Final = _tuple_of(_struct(WriteOp, key=_KEY, value=_VALUE, delete=_BOOL), "WriteOps")
+_TXN: Final = _extended_struct(
+    Txn, 2, reads=_KEYS, update=_optional(_UPDATE), returns=_tuple_of(_EXPR, "returns")
+)
+_SCOPE: Final = _Codec(
+    lambda scope: _int(int(_exact(scope, WriteScope))),
+    lambda wire: _construct(WriteScope, _int(wire)),
+)
+_WRITE_OPS: Final = _tuple_of(
+    _extended_struct(
+        WriteOp,
+        3,
+        key=_KEY,
+        value=_VALUE,
+        delete=_BOOL,
+        scope=_SCOPE,
+        clustering=_CLUSTERING,
+        lower=_BOUND,
+        upper=_BOUND,
+        ttl=_TTL,
+    ),
+    "WriteOps",
+)
+_SELECTED: Final = _tuple_of(
+    _Codec(
+        lambda pair: [
+            _field("selection", _SELECTION.encode, _array(pair, "a selection result", 2)[0]),
+            _field("value", _value, pair[1]),
+        ],
+        lambda wire: (
+            _field("selection", _SELECTION.decode, _array(wire, "a selection result", 2)[0]),
+            _field("value", _value, cast("tuple[object, ...]", wire)[1]),
+        ),
+    ),
+    "selection results",
+)
 
 
 def _encode_read(pair: tuple[Key, Value]) -> list[object]:
+    # [key, value]: a row at (); [key, results, error]: a PartitionRead.
     key, value = _array(pair, "a (Key, value) pair", 2)
-    return [_KEY.encode(cast("Key", key)), _field("value", _value, value)]
+    encoded_key = _KEY.encode(cast("Key", key))
+    if type(value) is PartitionRead:
+        results = _field("results", _SELECTED.encode, value.results)
+        return [encoded_key, results, _field("error", _optional(_STR).encode, value.error)]
+    return [encoded_key, _field("value", _value, value)]
 
 
 def _decode_read(wire: object) -> tuple[Key, Value]:
+    fields = _array(wire, "a (Key, value) pair")
+    if len(fields) == 3:
+        key, results, error = fields
+        return _KEY.decode(key), PartitionRead(
+            _field("results", _SELECTED.decode, results),
+            _field("error", _optional(_STR).decode, error),
+        )
     key, value = _array(wire, "a (Key, value) pair", 2)
     return _KEY.decode(key), _field("value", _value, value)
 
 
 _READS: Final = _tuple_of(_Codec(_encode_read, _decode_read), "reads")
-_RESULT: Final = _struct(TxnResult, reads=_READS, applied=_BOOL, error=_optional(_STR))
+_RESULT: Final = _extended_struct(
+    TxnResult,
+    3,
+    reads=_READS,
+    applied=_BOOL,
+    error=_optional(_STR),
+    returned=_tuple_of(_VALUE, "returned"),
+)
 
 # ---------------------------------------------------------------------------- tag tables
 
@@ -543,6 +789,7 @@ def decode_record(data: bytes) -> JournalRecord:
 
 
 __all__ = [
+    "CODEC_VERSION",
     "ENVELOPE_TAG",
     "INT64_MAX",
     "INT64_MIN",

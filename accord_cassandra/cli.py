@@ -191,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     txn.add_argument(
         "request",
         help='e.g. {"lets":[{"name":"a","row":{"keyspace":"bank","table":"accounts",'
-        '"partitionKey":[{"text":"alice"}]}}]}',
+        '"partitionKey":[{"text":"alice"}]}}]}; a slice: {"lets":[{"name":"s","row":{...},'
+        '"slice":{"column":"at","lower":{"value":{"int":"1"},"inclusive":true},"limit":10}}]}',
     )
     txn.set_defaults(run=_txn)
     args = parser.parse_args(argv)

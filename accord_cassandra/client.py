@@ -142,18 +142,61 @@ class Expression:
 
 
 class RowHandle:
+    """A LET: ``row["column"]`` is a column of its row (of a slice's first row, with LIMIT
+    1); ``count()``, ``exists()``, ``not_exists()`` test the row or slice as a whole."""
+
     def __init__(self, name: str) -> None:
         self.name = name
 
     def __getitem__(self, column: str) -> Expression:
         return Expression(pb.Expr(column=pb.ColumnRef(let=self.name, column=column)))
 
+    def count(self) -> Expression:
+        return Expression(pb.Expr(count=self.name))
 
-def _row(keyspace: str, table: str, key: object | Sequence[object]) -> pb.RowRef:
+    def exists(self) -> pb.Condition:
+        return pb.Condition(op="exists", left=pb.Expr(row=self.name))
+
+    def not_exists(self) -> pb.Condition:
+        return pb.Condition(op="not_exists", left=pb.Expr(row=self.name))
+
+    def is_null(self) -> pb.Condition:
+        return pb.Condition(op="is_null", left=pb.Expr(row=self.name))
+
+
+def _row(
+    keyspace: str, table: str, key: object | Sequence[object], clustering: Sequence[object] = ()
+) -> pb.RowRef:
     values = list(key) if isinstance(key, tuple | list) else [key]
     return pb.RowRef(
-        keyspace=keyspace, table=table, partition_key=[value_to_proto(v) for v in values]
+        keyspace=keyspace,
+        table=table,
+        partition_key=[value_to_proto(v) for v in values],
+        clustering=[value_to_proto(v) for v in clustering],
     )
+
+
+def _slice(
+    column: str | None,
+    ge: object = None,
+    gt: object = None,
+    le: object = None,
+    lt: object = None,
+    reversed: bool = False,
+    limit: int | None = None,
+) -> pb.Slice:
+    if (ge is not None and gt is not None) or (le is not None and lt is not None):
+        raise ValueError("give at most one lower bound (ge, gt) and one upper bound (le, lt)")
+    spec = pb.Slice(column=column or "", reversed=reversed, limit=limit or 0)
+    if ge is not None or gt is not None:
+        spec.lower.CopyFrom(
+            pb.Bound(value=value_to_proto(ge if gt is None else gt), inclusive=gt is None)
+        )
+    if le is not None or lt is not None:
+        spec.upper.CopyFrom(
+            pb.Bound(value=value_to_proto(le if lt is None else lt), inclusive=lt is None)
+        )
+    return spec
 
 
 @dataclass
@@ -163,9 +206,40 @@ class Transaction:
     request: pb.TransactRequest = field(default_factory=pb.TransactRequest)
 
     def let(
-        self, name: str, keyspace: str, table: str, key: object | Sequence[object]
+        self,
+        name: str,
+        keyspace: str,
+        table: str,
+        key: object | Sequence[object],
+        clustering: Sequence[object] = (),
     ) -> RowHandle:
-        self.request.lets.append(pb.Let(name=name, row=_row(keyspace, table, key)))
+        """``LET name = (SELECT * FROM keyspace.table WHERE <key> [AND <clustering>])``: one
+        row, named by every clustering value of a table that has clustering columns."""
+        self.request.lets.append(pb.Let(name=name, row=_row(keyspace, table, key, clustering)))
+        return RowHandle(name)
+
+    def let_slice(
+        self,
+        name: str,
+        keyspace: str,
+        table: str,
+        key: object | Sequence[object],
+        prefix: Sequence[object] = (),
+        *,
+        column: str | None = None,
+        ge: object = None,
+        gt: object = None,
+        le: object = None,
+        lt: object = None,
+        reversed: bool = False,
+        limit: int | None = None,
+    ) -> RowHandle:
+        """``LET name = (SELECT * ... WHERE <key> AND <prefix> AND column >= ge ... ORDER BY
+        ... LIMIT limit)``: rows whose clustering key starts with ``prefix`` and whose next
+        clustering ``column`` lies within the bounds, in clustering order or ``reversed``."""
+        row = _row(keyspace, table, key, prefix)
+        spec = _slice(column, ge, gt, le, lt, reversed, limit)
+        self.request.lets.append(pb.Let(name=name, row=row, slice=spec))
         return RowHandle(name)
 
     def where(self, *conditions: pb.Condition) -> Transaction:
@@ -173,18 +247,65 @@ class Transaction:
         return self
 
     def update(
-        self, keyspace: str, table: str, key: object | Sequence[object], **columns: object
+        self,
+        keyspace: str,
+        table: str,
+        key: object | Sequence[object],
+        clustering: Sequence[object] = (),
+        *,
+        ttl: int | None = None,
+        values: dict[str, object] | None = None,
+        **columns: object,
     ) -> Transaction:
+        """Upsert the named columns (``values`` and/or keywords) of one row; the others keep
+        their values. ``ttl``: seconds until the row stops being visible."""
+        assigned = {**(values or {}), **columns}
         upsert = pb.Upsert(
-            set=[pb.Assignment(column=c, value=_expr(v)) for c, v in columns.items()]
+            set=[pb.Assignment(column=c, value=_expr(v)) for c, v in assigned.items()]
         )
-        self.request.mutations.append(pb.Mutation(row=_row(keyspace, table, key), upsert=upsert))
+        row = _row(keyspace, table, key, clustering)
+        self.request.mutations.append(pb.Mutation(row=row, upsert=upsert, ttl=ttl or 0))
         return self
 
     insert = update
 
-    def delete(self, keyspace: str, table: str, key: object | Sequence[object]) -> Transaction:
-        self.request.mutations.append(pb.Mutation(row=_row(keyspace, table, key), delete=True))
+    def delete(
+        self,
+        keyspace: str,
+        table: str,
+        key: object | Sequence[object],
+        clustering: Sequence[object] = (),
+    ) -> Transaction:
+        """Delete one row (every clustering value), the rows starting with a clustering
+        prefix, or (no clustering value) the whole partition."""
+        row = _row(keyspace, table, key, clustering)
+        self.request.mutations.append(pb.Mutation(row=row, delete=True))
+        return self
+
+    def delete_range(
+        self,
+        keyspace: str,
+        table: str,
+        key: object | Sequence[object],
+        prefix: Sequence[object] = (),
+        *,
+        column: str,
+        ge: object = None,
+        gt: object = None,
+        le: object = None,
+        lt: object = None,
+    ) -> Transaction:
+        """Delete the rows starting with ``prefix`` whose ``column`` lies within the bounds."""
+        row = _row(keyspace, table, key, prefix)
+        spec = _slice(column, ge, gt, le, lt)
+        self.request.mutations.append(pb.Mutation(row=row, delete_range=spec))
+        return self
+
+    def delete_partition(
+        self, keyspace: str, table: str, key: object | Sequence[object]
+    ) -> Transaction:
+        row = _row(keyspace, table, key)
+        self.request.mutations.append(pb.Mutation(row=row, delete_partition=True))
         return self
 
 
@@ -199,15 +320,26 @@ class Result:
     rows: dict[str, dict[str, object] | None]
     error: str | None
     read_only: bool = False
+    # Each slice LET's rows in order (clustering then regular columns); its static columns
+    # are in ``rows`` (None when it found no row).
+    slices: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     @staticmethod
     def from_proto(response: pb.TransactResponse, *, read_only: bool = False) -> Result:
         rows: dict[str, dict[str, object] | None] = {}
+        slices: dict[str, list[dict[str, object]]] = {}
         for row in response.rows:
             rows[row.let] = (
                 {c.name: value_from_proto(c.value) for c in row.columns} if row.exists else None
             )
-        return Result(response.txn_id, response.applied, rows, response.error or None, read_only)
+            if row.is_slice:
+                slices[row.let] = [
+                    {c.name: value_from_proto(c.value) for c in entry.columns}
+                    for entry in row.slice
+                ]
+        return Result(
+            response.txn_id, response.applied, rows, response.error or None, read_only, slices
+        )
 
 
 def _result(response: pb.TransactResponse, request: pb.TransactRequest) -> Result:

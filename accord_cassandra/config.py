@@ -205,7 +205,9 @@ class SidecarConfig(BaseSettings):
     # memory (each embedded sidecar has its own). See docs/sidecars.md, "One writer".
     shared_storage: bool | None = None
     cassandra: CassandraSettings = Field(default_factory=CassandraSettings)
-    # Tables for the memory store: {"ks.t": {"partition_key": [[name, type]], "columns": [...]}}
+    # Tables for the memory store (docs/sidecars.md, "The memory store's tables"):
+    # {"ks.t": {"partition_key": [[name, type]], "clustering": [[name, type, "asc"|"desc"]],
+    #           "columns": [[name, type]], "static": [[name, type]]}}
     tables: dict[str, dict[str, list[list[str]]]] = Field(default_factory=dict)
     client_token: str | None = None
     tls: TlsSettings | None = None
@@ -321,9 +323,14 @@ class SidecarConfig(BaseSettings):
     def _tables(cls, value: dict[str, dict[str, list[list[str]]]]) -> dict[str, Any]:
         for name, spec in value.items():
             for part, columns in spec.items():
-                if part not in ("partition_key", "columns"):
-                    raise ValueError(f"{name}: unknown part {part!r} (partition_key, columns)")
+                if part not in ("partition_key", "clustering", "columns", "static"):
+                    raise ValueError(
+                        f"{name}: unknown part {part!r} "
+                        "(partition_key, clustering, columns, static)"
+                    )
                 for column in columns:
+                    if part == "clustering" and len(column) in (2, 3):
+                        continue
                     if len(column) != 2:
                         raise ValueError(f"{name}.{part}: {column!r} must be [name, CQL type]")
         try:

@@ -28,12 +28,28 @@ of a later conflicting one is in Cassandra. (Earlier versions kept ``accord_hist
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from accord import Key, Status, Timestamp, WriteOp
-from accord.api import CommandSnapshot
+from accord import (
+    MAX_PARTITION_READ_BYTES,
+    MAX_ROWS_PER_SLICE,
+    Key,
+    MemoryPartitions,
+    PartitionRead,
+    RowAt,
+    Selection,
+    Slice,
+    StaticAt,
+    Status,
+    Timestamp,
+    WriteOp,
+    WriteScope,
+)
+from accord.api import CommandSnapshot, in_slice, partition_too_large, slice_too_large, value_size
 from accord_cassandra.schema import (
     Catalog,
     SchemaError,
@@ -73,11 +89,15 @@ LEGACY_TABLES = ("accord_markers", "accord_history")
 
 
 class AsyncDataStore(Protocol):
+    """:class:`accord.api.DataStore`, asynchronously: read selections, write rows."""
+
     # Row writes executed so far (Cassandra statements, or cells set in memory): the cost
     # the bench reports per Accord row write (accord_store_writes_total).
     writes_executed: int
 
-    async def read(self, keys: Sequence[Key], execute_at: Timestamp) -> dict[Key, object]: ...
+    async def read(
+        self, selections: Sequence[Selection], execute_at: Timestamp
+    ) -> dict[Key, PartitionRead]: ...
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None: ...
 
@@ -85,10 +105,21 @@ class AsyncDataStore(Protocol):
 
 
 class MemoryDataStore:
-    """Last-write-wins by write timestamp, in memory (the embedded mode and the demo)."""
+    """Partitions in memory (the embedded mode and the demo), with the semantics of
+    :class:`accord.MemoryPartitions`: clustering order, TTLs judged as of executeAt, row,
+    range and partition tombstones, last-write-wins by executeAt."""
 
-    def __init__(self) -> None:
-        self.cells: dict[Key, tuple[int, object]] = {}
+    def __init__(self, catalog: Catalog | None = None) -> None:
+        def descending(key: Key) -> tuple[bool, ...]:
+            if catalog is None:
+                return ()
+            try:
+                table = catalog.for_key(key)
+            except SchemaError:
+                return ()
+            return tuple(order == "desc" for _, _, order in table.clustering)
+
+        self.partitions = MemoryPartitions(descending)
         self.writes_executed = 0
 
     def restore(self, records: Sequence[object], owns: Callable[[Key], bool]) -> int:
@@ -110,35 +141,69 @@ class MemoryDataStore:
                 applied += 1
         return applied
 
-    async def read(self, keys: Sequence[Key], execute_at: Timestamp) -> dict[Key, object]:
+    async def read(
+        self, selections: Sequence[Selection], execute_at: Timestamp
+    ) -> dict[Key, PartitionRead]:
         # Private to this replica: nothing at or after execute_at was applied here (the
         # replica answers with the outcome instead of reading once it applied it).
-        return {k: self.cells[k][1] if k in self.cells else None for k in keys}
+        return self.partitions.read(selections, execute_at)
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         self._apply(writes, execute_at)
         self.writes_executed += len(writes)
 
     def _apply(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
-        stamp = write_timestamp(execute_at)
-        for write in writes:
-            current = self.cells.get(write.key)
-            # Equal stamps mean the same transaction replayed: keep what is there.
-            if current is None or current[0] < stamp:
-                self.cells[write.key] = (stamp, None if write.delete else write.value)
+        write_timestamp(execute_at)  # the same refusal of unencodable timestamps as Cassandra
+        self.partitions.write(writes, execute_at)
 
     async def close(self) -> None:
         return None
 
 
+CASSANDRA_TTL_REFUSED = (
+    'USING TTL is not yet served by the Cassandra store (docs/sidecars.md, "TTL"); '
+    "the embedded memory store serves it"
+)
+
+
 def _to_driver(cql_type: str, value: object) -> object:
-    if value is not None and cql_type in ("uuid", "timeuuid"):
+    if value is None:
+        return None
+    if cql_type in ("uuid", "timeuuid"):
         return uuid.UUID(str(value))
+    if cql_type == "timestamp":
+        if not isinstance(value, int):
+            raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
+        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
+    if cql_type == "date":
+        from cassandra.util import Date
+
+        return Date(value)
+    if cql_type == "time":
+        from cassandra.util import Time
+
+        return Time(value)
+    if cql_type == "decimal":
+        return decimal.Decimal(str(value))
     return value
 
 
 def _from_driver(value: object) -> object:
-    return str(value) if isinstance(value, uuid.UUID) else value
+    """A driver value as the core's (schema.py's mapping of each CQL type)."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        delta = value.replace(tzinfo=None) - datetime.datetime(1970, 1, 1)
+        return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    days = getattr(value, "days_from_epoch", None)
+    if isinstance(days, int):
+        return days
+    nanos = getattr(value, "nanosecond_time", None)
+    if isinstance(nanos, int):
+        return nanos
+    return value
 
 
 class CassandraDataStore:
@@ -150,7 +215,7 @@ class CassandraDataStore:
         self.session = session
         self.catalog = catalog
         self.consistency = ConsistencyLevel.name_to_value[consistency]
-        self._prepared: dict[tuple[str, str], Any] = {}
+        self._prepared: dict[tuple[str, object], Any] = {}
         self.writes_executed = 0
 
     def _statement(self, table: TableSchema, kind: str) -> Any:
@@ -183,17 +248,190 @@ class CassandraDataStore:
         values = partition_values(table, routing_key_of(key))
         return [_to_driver(t, v) for (_, t), v in zip(table.partition_key, values, strict=True)]
 
-    async def read(self, keys: Sequence[Key], execute_at: Timestamp) -> dict[Key, object]:
-        async def one(key: Key) -> tuple[Key, object]:
-            table = self.catalog.for_key(key)
-            rows = await _execute(
-                self.session, self._statement(table, "select"), self._key_values(table, key)
-            )
-            if not rows:
-                return key, None
-            return key, tuple(_from_driver(rows[0][i]) for i in range(len(table.columns)))
+    async def read(
+        self, selections: Sequence[Selection], execute_at: Timestamp
+    ) -> dict[Key, PartitionRead]:
+        by_key: dict[Key, list[Selection]] = {}
+        for selection in selections:
+            by_key.setdefault(selection.key, []).append(selection)
 
-        return dict(await asyncio.gather(*(one(k) for k in keys)))
+        async def one(key: Key, asked: list[Selection]) -> tuple[Key, PartitionRead]:
+            table = self.catalog.for_key(key)
+            unique = list(dict.fromkeys(asked))
+            answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
+            results: list[tuple[Selection, object]] = []
+            size = 0
+            for selection, (value, error) in zip(unique, answers, strict=True):
+                if error is not None:
+                    return key, PartitionRead((), error)
+                size += value_size(value)
+                if size > MAX_PARTITION_READ_BYTES:
+                    return key, PartitionRead((), partition_too_large(key))
+                results.append((selection, value))
+            return key, PartitionRead(tuple(results))
+
+        return dict(await asyncio.gather(*(one(k, a) for k, a in by_key.items())))
+
+    async def _select(
+        self, table: TableSchema, selection: Selection, execute_at: Timestamp
+    ) -> tuple[object, str | None]:
+        key_values = self._key_values(table, selection.key)
+        if isinstance(selection, RowAt):
+            if not selection.clustering and not table.clustering:
+                return await self._read_single_row(table, selection.key, execute_at), None
+            if len(selection.clustering) != len(table.clustering):
+                return None, None  # no row has that clustering key
+            clustering = self._clustering_values(table, selection.clustering)
+            statement = self._shaped(table, ("row",))
+            rows = await _execute(self.session, statement, [*key_values, *clustering])
+            return (self._row(rows[0], 0, len(table.columns)) if rows else None), None
+        if isinstance(selection, StaticAt):
+            if not table.static:
+                return None, None
+            rows = await _execute(self.session, self._shaped(table, ("static",)), key_values)
+            if not rows:
+                return None, None
+            value = self._row(rows[0], 0, len(table.static))
+            return (None if all(v is None for v in value) else value), None
+        return await self._slice(table, selection, key_values)
+
+    async def _slice(
+        self, table: TableSchema, selection: Slice, key_values: list[object]
+    ) -> tuple[object, str | None]:
+        if not table.clustering:
+            # One row at (): the slice of a single-row partition.
+            rows = await _execute(self.session, self._shaped(table, ("whole",)), key_values)
+            found = () if not rows else (((), self._row(rows[0], 0, len(table.columns))),)
+            matching = (
+                found if in_slice((), selection.prefix, selection.lower, selection.upper) else ()
+            )
+            return matching[: selection.limit or MAX_ROWS_PER_SLICE], None
+        prefix = self._clustering_values(table, selection.prefix)
+        if len(prefix) > len(table.clustering) or (
+            len(prefix) == len(table.clustering)
+            and (selection.lower is not None or selection.upper is not None)
+        ):
+            return (), None
+        ranged = len(prefix)
+        bounds: list[object] = []
+        shape: list[object] = ["slice", len(prefix)]
+        for bound, op in ((selection.lower, ">"), (selection.upper, "<")):
+            if bound is None:
+                shape.append(None)
+                continue
+            shape.append(op + ("=" if bound.inclusive else ""))
+            bounds.append(_to_driver(table.clustering[ranged][1], bound.value))
+        shape.append(selection.reverse)
+        fetch = (selection.limit or MAX_ROWS_PER_SLICE) + (0 if selection.limit else 1)
+        statement = self._shaped(table, tuple(shape))
+        rows = await _execute(self.session, statement, [*key_values, *prefix, *bounds, fetch])
+        if selection.limit is None and len(rows) > MAX_ROWS_PER_SLICE:
+            return None, slice_too_large(selection.key)
+        width = len(table.clustering)
+        out = tuple(
+            (
+                tuple(_from_driver(row[i]) for i in range(width)),
+                self._row(row, width, len(table.columns)),
+            )
+            for row in rows
+            # A partition holding only static columns reads as one row of null clustering.
+            if row[0] is not None
+        )
+        return out, None
+
+    @staticmethod
+    def _row(row: Any, start: int, width: int) -> tuple[object, ...]:
+        return tuple(_from_driver(row[start + i]) for i in range(width))
+
+    def _clustering_values(self, table: TableSchema, values: tuple[object, ...]) -> list[object]:
+        return [
+            _to_driver(cql_type, value)
+            for (_, cql_type, _), value in zip(table.clustering, values, strict=False)
+        ]
+
+    def _shaped(self, table: TableSchema, shape: tuple[object, ...]) -> Any:
+        """A prepared statement for reads and writes of rows by clustering key: plain reads
+        and writes of the table (no history)."""
+        cached = self._prepared.get((table.qualified, shape))
+        if cached is not None:
+            return cached
+        target = f'"{table.keyspace}"."{table.table}"'
+        key_where = [f'"{name}" = ?' for name, _ in table.partition_key]
+        ck_names = [name for name, _, _ in table.clustering]
+        regular = [f'"{name}"' for name, _ in table.columns]
+        kind = shape[0]
+        if kind == "row":
+            where = key_where + [f'"{n}" = ?' for n in ck_names]
+            cql = f"SELECT {', '.join(regular) or '*'} FROM {target} WHERE {' AND '.join(where)}"
+        elif kind == "whole":
+            cql = (
+                f"SELECT {', '.join(regular) or '*'} FROM {target} WHERE {' AND '.join(key_where)}"
+            )
+        elif kind == "static":
+            statics = ", ".join(f'"{name}"' for name, _ in table.static)
+            cql = f"SELECT {statics} FROM {target} WHERE {' AND '.join(key_where)} LIMIT 1"
+        elif kind == "slice":
+            _, prefix_len, lower, upper, reverse = shape
+            prefix_len = _count(prefix_len)
+            where = key_where + [f'"{n}" = ?' for n in ck_names[:prefix_len]]
+            if lower is not None:
+                where.append(f'"{ck_names[prefix_len]}" {lower} ?')
+            if upper is not None:
+                where.append(f'"{ck_names[prefix_len]}" {upper} ?')
+            selected = ", ".join([f'"{n}"' for n in ck_names] + regular)
+            order = ""
+            if reverse:
+                flipped = [
+                    f'"{name}" {"ASC" if direction == "desc" else "DESC"}'
+                    for name, _, direction in table.clustering
+                ]
+                order = f" ORDER BY {', '.join(flipped)}"
+            cql = f"SELECT {selected} FROM {target} WHERE {' AND '.join(where)}{order} LIMIT ?"
+        elif kind == "put_row":
+            names = [name for name, _ in table.partition_key] + ck_names
+            names += [name for name, _ in table.columns]
+            quoted = ", ".join(f'"{n}"' for n in names)
+            cql = (
+                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) "
+                "USING TIMESTAMP ?"
+            )
+        elif kind == "put_static":
+            names = [name for name, _ in table.partition_key] + [n for n, _ in table.static]
+            quoted = ", ".join(f'"{n}"' for n in names)
+            cql = (
+                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) "
+                "USING TIMESTAMP ?"
+            )
+        elif kind == "delete_static":
+            statics = ", ".join(f'"{name}"' for name, _ in table.static)
+            cql = (
+                f"DELETE {statics} FROM {target} USING TIMESTAMP ? WHERE {' AND '.join(key_where)}"
+            )
+        elif kind == "delete_range":
+            _, prefix_len, lower, upper = shape
+            prefix_len = _count(prefix_len)
+            where = key_where + [f'"{n}" = ?' for n in ck_names[:prefix_len]]
+            if lower is not None:
+                where.append(f'"{ck_names[prefix_len]}" {lower} ?')
+            if upper is not None:
+                where.append(f'"{ck_names[prefix_len]}" {upper} ?')
+            cql = f"DELETE FROM {target} USING TIMESTAMP ? WHERE {' AND '.join(where)}"
+        else:
+            raise ValueError(f"no statement of shape {shape!r}")
+        statement = self.session.prepare(cql)
+        statement.consistency_level = self.consistency
+        self._prepared[(table.qualified, shape)] = statement
+        return statement
+
+    async def _read_single_row(self, table: TableSchema, key: Key, execute_at: Timestamp) -> object:
+        # A plain read of the table: writes land only once their transaction's outcome is
+        # durable, so nothing at or after this read's executeAt is visible (module docstring).
+        rows = await _execute(
+            self.session, self._statement(table, "select"), self._key_values(table, key)
+        )
+        if not rows:
+            return None
+        return tuple(_from_driver(rows[0][i]) for i in range(len(table.columns)))
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         stamp = write_timestamp(execute_at)
@@ -201,6 +439,9 @@ class CassandraDataStore:
         for write in writes:
             table = self.catalog.for_key(write.key)
             key_values = self._key_values(table, write.key)
+            if table.clustering or write.scope is not WriteScope.ROW or write.clustering:
+                data.append(self._write_rows(table, write, key_values, stamp))
+                continue
             if write.delete or write.value is None:
                 data.append(
                     _execute(self.session, self._statement(table, "delete"), [stamp, *key_values])
@@ -220,8 +461,60 @@ class CassandraDataStore:
         await asyncio.gather(*data)
         self.writes_executed += len(data)
 
+    def _write_rows(
+        self, table: TableSchema, write: WriteOp, key_values: list[object], stamp: int
+    ) -> Any:
+        """A write of a clustered table, a static row, a range or a partition: a plain
+        write of the table with ``USING TIMESTAMP``, no history."""
+        if write.ttl is not None:
+            # Refused by the client API before commit (translate.py); a peer's write with a
+            # TTL is refused by the input checks. See docs/sidecars.md, "TTL".
+            raise ValueError(f"{table.qualified}: the Cassandra store does not take TTLs")
+        if write.scope is WriteScope.PARTITION:
+            return _execute(self.session, self._statement(table, "delete"), [stamp, *key_values])
+        if write.scope is WriteScope.STATIC:
+            if write.delete:
+                statement = self._shaped(table, ("delete_static",))
+                return _execute(self.session, statement, [stamp, *key_values])
+            statics = _checked_row(table, write.value, table.static)
+            return _execute(
+                self.session,
+                self._shaped(table, ("put_static",)),
+                [*key_values, *statics, stamp],
+            )
+        prefix = self._clustering_values(table, write.clustering)
+        if write.scope is WriteScope.RANGE or write.delete:
+            bounds: list[object] = []
+            shape: list[object] = ["delete_range", len(prefix)]
+            for bound, op in ((write.lower, ">"), (write.upper, "<")):
+                if bound is None:
+                    shape.append(None)
+                    continue
+                shape.append(op + ("=" if bound.inclusive else ""))
+                bounds.append(_to_driver(table.clustering[len(prefix)][1], bound.value))
+            statement = self._shaped(table, tuple(shape))
+            return _execute(self.session, statement, [stamp, *key_values, *prefix, *bounds])
+        row = _checked_row(table, write.value, table.columns)
+        return _execute(
+            self.session, self._shaped(table, ("put_row",)), [*key_values, *prefix, *row, stamp]
+        )
+
     async def close(self) -> None:
         return None
+
+
+def _count(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"a statement shape's prefix length is an integer, not {value!r}")
+    return value
+
+
+def _checked_row(
+    table: TableSchema, value: object, columns: tuple[tuple[str, str], ...]
+) -> list[object]:
+    if not isinstance(value, tuple) or len(value) != len(columns):
+        raise ValueError(f"{table.qualified}: a row needs {len(columns)} values, got {value!r}")
+    return [_to_driver(t, v) for (_, t), v in zip(columns, value, strict=True)]
 
 
 async def _execute(session: Any, statement: Any, values: Sequence[object]) -> list[Any]:
@@ -256,8 +549,8 @@ def tables_from_cluster(
 ) -> list[TableSchema]:
     """Table schemas from the driver's metadata.
 
-    A table Accord cannot serve (clustering columns, or a column type the sidecar does not
-    handle) is left out, and why goes into ``unusable`` (by ``keyspace.table``): one such
+    A table Accord cannot serve (a counter, or a column type the sidecar does not handle) is
+    left out, and why goes into ``unusable`` (by ``keyspace.table``): one such
     table in a keyspace must not stop the sidecar from serving the others.
     """
     found = []
@@ -269,13 +562,7 @@ def tables_from_cluster(
             if table.name in LEGACY_TABLES:
                 continue
             qualified = f"{name}.{table.name}"
-            if table.clustering_key:
-                if unusable is not None:
-                    unusable[qualified] = (
-                        "it has clustering columns; a partition must be one row to be an Accord key"
-                    )
-                continue
-            key_names = [c.name for c in table.partition_key]
+            key_names = {c.name for c in (*table.partition_key, *table.clustering_key)}
             try:
                 found.append(
                     TableSchema(
@@ -285,7 +572,16 @@ def tables_from_cluster(
                         tuple(
                             (c.name, c.cql_type)
                             for n, c in table.columns.items()
-                            if n not in key_names
+                            if n not in key_names and not c.is_static
+                        ),
+                        tuple(
+                            (c.name, c.cql_type, "desc" if c.is_reversed else "asc")
+                            for c in table.clustering_key
+                        ),
+                        tuple(
+                            (c.name, c.cql_type)
+                            for n, c in table.columns.items()
+                            if n not in key_names and c.is_static
                         ),
                     )
                 )

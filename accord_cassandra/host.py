@@ -503,7 +503,7 @@ class SidecarHost:
         while True:
             try:
                 if isinstance(op, DataRead):
-                    values = await self.store.read(op.keys, op.execute_at)
+                    values = await self.store.read(op.selections, op.execute_at)
                     self.node.read_done(op.txn_id, values)
                 else:
                     if op.writes:

@@ -33,6 +33,7 @@ from accord.messages.validate import InvalidMessage, MessageLimits
 from accord.testing import Bugs
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
+    CASSANDRA_TTL_REFUSED,
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
@@ -50,7 +51,14 @@ from accord_cassandra.ports import (
     wait_for_json,
     write_json_atomically,
 )
-from accord_cassandra.schema import Catalog, SchemaError, check_key, check_row, check_type
+from accord_cassandra.schema import (
+    Catalog,
+    SchemaError,
+    check_key,
+    check_txn_write,
+    check_type,
+    check_write,
+)
 from accord_cassandra.translate import (
     MAX_LETS,
     MAX_MUTATIONS,
@@ -206,6 +214,7 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             translation.lets,
             self.catalog,
             range_checked=translation.range_checked,
+            views=translation.views,
         )
 
 
@@ -407,6 +416,7 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
             for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
                 check_key(catalog, key)
             for put in txn.update.writes if txn and txn.update else ():
+                check_txn_write(catalog, put)
                 if isinstance(put, Put) and isinstance(put.value, MakeTuple):
                     table = catalog.for_key(put.key)
                     if len(put.value.items) != len(table.columns):
@@ -415,9 +425,9 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                         if isinstance(item, Const):
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
-                table = check_key(catalog, write.key)
-                if not write.delete:
-                    check_row(table, write.value)
+                check_write(check_key(catalog, write.key), write)
+                if write.ttl is not None and catalog.ttl_refused is not None:
+                    raise SchemaError(catalog.ttl_refused)
         except SchemaError as error:
             raise InvalidMessage(f"{type(body).__name__}: {error}") from None
 
@@ -509,10 +519,11 @@ class Sidecar:
             for name, why in sorted(unusable.items()):
                 logger.warning("table %s is not served: %s", name, why)
             catalog = Catalog(tables, unusable)
+            catalog.ttl_refused = CASSANDRA_TTL_REFUSED
             store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
         else:
             catalog = Catalog.from_mapping(config.tables)
-            store = MemoryDataStore()
+            store = MemoryDataStore(catalog)
         self.catalog = catalog
         try:
             journal = FileJournal(Path(config.journal_dir), fsync=config.journal_fsync)

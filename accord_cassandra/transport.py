@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from accord.codec import CodecError, decode_message, encode_message
+from accord.codec import CODEC_VERSION, CodecError, decode_message, encode_message
 from accord.invariants import fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage
@@ -37,7 +37,7 @@ from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-CODEC_VERSION = 2
+# Peer batches carry accord.codec's CODEC_VERSION: a peer on another version is refused.
 QUEUE_LIMIT = 10_000
 # A receiver steps its node through a whole batch before it answers. Under load (after a
 # restart every replica re-persists what it applied: thousands of messages at once, see the

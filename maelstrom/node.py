@@ -53,20 +53,19 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from accord import (
     ClientReply,
     Clock,
-    Key,
+    MemoryPartitions,
     Node,
     NodeConfig,
-    Timestamp,
+    RowAt,
     TxnResult,
-    WriteOp,
     ring_topology,
 )
-from accord.api import DataRead, DataWrite, Journal, Ready
+from accord.api import DataRead, DataStore, DataWrite, Journal, Ready
 from accord.codec import CodecError, decode_message, encode_message
 from accord.invariants import check_not_none, fail
 from accord.messages import Envelope, Message
@@ -112,27 +111,16 @@ class MonotonicClock:
         return time.monotonic_ns() // 1000
 
 
-class MemoryStore:
+class MemoryStore(MemoryPartitions):
     """User data: last-write-wins by executeAt, so writes are idempotent and order-free
-    (the :class:`accord.DataStore` contract)."""
+    (the :class:`accord.DataStore` contract), with Accord's partition model
+    (:class:`accord.MemoryPartitions`); Maelstrom's workloads use each key's row at ``()``."""
 
-    __slots__ = ("cells",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self.cells: dict[Key, tuple[Timestamp, object]] = {}
 
-    def read(self, keys: Sequence[Key]) -> dict[Key, object]:
-        return {k: self.cells[k][1] if k in self.cells else None for k in keys}
-
-    def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
-        for write in writes:
-            current = self.cells.get(write.key)
-            if current is None or current[0] < execute_at:
-                self.cells[write.key] = (execute_at, None if write.delete else write.value)
-
-    def value(self, key: Key) -> object:
-        cell = self.cells.get(key)
-        return None if cell is None else cell[1]
+if TYPE_CHECKING:  # Maelstrom's store is an accord.api.DataStore (checked by mypy)
+    _MAELSTROM_STORE: DataStore = MemoryStore()
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +422,8 @@ class MaelstromNode:
             # is the per-key order accord.api requires; each result may produce more ready.
             op = self._data_ops.popleft()
             if isinstance(op, DataRead):
-                accord.read_done(op.txn_id, self.store.read(op.keys))
+                selections = op.selections or tuple(RowAt(k) for k in op.keys)
+                accord.read_done(op.txn_id, self.store.read(selections, op.execute_at))
             else:
                 self.store.write(op.writes, op.execute_at)
                 accord.write_done(op.txn_id)

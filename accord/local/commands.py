@@ -657,7 +657,9 @@ class CommandStore:
         if command.status is Status.STABLE and command.readers and not command.reading:
             keys = self.owned_keys(command.txn.read_keys)
             command.reading = True
-            self.data_reads.append(DataRead(command.txn_id, command.execute_at, keys))
+            self.data_reads.append(
+                DataRead(command.txn_id, command.execute_at, keys, command.txn.selections_of(keys))
+            )
         elif (
             command.status is Status.PRE_APPLIED
             and not command.writing

@@ -10,6 +10,7 @@ from accord.primitives import (
     Deps,
     Key,
     Route,
+    Selection,
     Status,
     Timestamp,
     Txn,
@@ -21,11 +22,13 @@ from accord.primitives import (
 
 @dataclass(frozen=True, slots=True)
 class DataRead:
-    """Read ``keys`` as of ``execute_at``; answer with ``Node.step(ReadDone(...))``."""
+    """Read ``selections`` (on ``keys``) as of ``execute_at``; answer with
+    ``Node.read_done`` and one :class:`~accord.primitives.PartitionRead` per key."""
 
     txn_id: TxnId
     execute_at: Timestamp
     keys: tuple[Key, ...]
+    selections: tuple[Selection, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,10 @@ journal or write something it cannot represent or keep:
   executeAt naming node 5000 made every data write of its transaction fail forever);
 * keys per transaction, route, writes and reads, and transaction ids per deps are bounded,
   which bounds what a forged message can make a replica keep;
+* a read answer (:class:`~accord.primitives.PartitionRead`) answers only selections on its
+  own key, returns no more rows per slice than the slice may (its LIMIT, at most
+  ``MAX_ROWS_PER_SLICE``) and no more than ``MAX_PARTITION_READ_BYTES`` per partition: what
+  an honest data store gives, so a forged answer cannot pass a limit on a peer's behalf;
 * executeAt is not below the TxnId, a transaction's kind matches its id, and its keys are
   within its route: what the replica would otherwise find out as a broken invariant.
 
@@ -27,7 +31,21 @@ from dataclasses import dataclass
 
 from accord.invariants import AccordError
 from accord.messages import Envelope
-from accord.primitives import TOKEN_MAX, TOKEN_MIN, Deps, Key, Route, Timestamp, Txn, WriteOp
+from accord.primitives import (
+    MAX_PARTITION_READ_BYTES,
+    MAX_ROWS_PER_SLICE,
+    TOKEN_MAX,
+    TOKEN_MIN,
+    Deps,
+    Key,
+    PartitionRead,
+    Route,
+    Slice,
+    Timestamp,
+    Txn,
+    WriteOp,
+)
+from accord.primitives.rows import value_size
 from accord.topology import Topology
 
 
@@ -88,6 +106,10 @@ class _Checker:
             self.deps(value)
         elif isinstance(value, Txn):
             self.keys(value.keys, "txn keys")
+            if len(value.selections) > self.limits.max_keys:
+                raise InvalidMessage(
+                    f"{len(value.selections)} selections exceed the limit of {self.limits.max_keys}"
+                )
         elif isinstance(value, Route):
             self.keys(value.keys, "route keys")
         elif isinstance(value, tuple):
@@ -105,6 +127,27 @@ class _Checker:
                 self.key(item.key)
             elif isinstance(item, tuple) and item and isinstance(item[0], Key):
                 self.key(item[0])
+                if len(item) == 2 and isinstance(item[1], PartitionRead):
+                    self.partition_read(item[0], item[1])
+
+    def partition_read(self, key: Key, read: PartitionRead) -> None:
+        size = 0
+        for selection, value in read.results:
+            if selection.key != key:
+                raise InvalidMessage(f"a read of {key.name!r} answers a selection of another key")
+            if isinstance(selection, Slice):
+                cap = selection.limit if selection.limit is not None else MAX_ROWS_PER_SLICE
+                rows = value if isinstance(value, tuple) else ()
+                if not isinstance(value, tuple) or len(rows) > cap:
+                    raise InvalidMessage(
+                        f"a slice of {key.name!r} answered with more than {cap} rows or no tuple"
+                    )
+            size += value_size(value)
+        if size > MAX_PARTITION_READ_BYTES:
+            raise InvalidMessage(
+                f"a read of {key.name!r} exceeds "
+                f"MAX_PARTITION_READ_BYTES={MAX_PARTITION_READ_BYTES}"
+            )
 
     def keys(self, keys: tuple[Key, ...], what: str) -> None:
         if len(keys) > self.limits.max_keys:

@@ -9,19 +9,45 @@ Values are ``None`` (absent), ``bool``, ``int``, ``str``, ``bytes``, or tuples o
 (lists, for list-append). :func:`execute` is total: an expression that fails to evaluate
 (say ``"a" - 1``) yields a deterministic error result with no writes, never an exception
 that one replica raises and another does not.
+
+A key's value is a partition (:mod:`accord.primitives.rows`): rows by clustering key and a
+static row. :class:`ReadOf`, :class:`Put` and :class:`Delete` address the row at clustering
+key ``()``, which is the whole partition of a table without clustering columns (and the
+only row the simulator and Maelstrom use). :class:`RowOf`, :class:`SliceOf`,
+:class:`CountOf` and :class:`StaticOf` read rows, slices and the static row;
+:class:`PutRow`, :class:`PutStatic`, :class:`DeleteRow`, :class:`DeleteRange` and
+:class:`DeletePartition` write them, with an optional TTL judged as of executeAt: a row
+written at executeAt E with TTL t is visible to a transaction at executeAt X iff
+``X.hlc < E.hlc + t`` seconds, so two executions of one read never disagree.
+
+Within one transaction every write lands with the same timestamp, so, as in Cassandra, a
+range or partition deletion beside a row write it covers wins; two writes of one row keep
+the later in ``Update.writes`` order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Literal, TypeAlias
 
 from accord.invariants import InvalidTransaction
 from accord.primitives.keys import Key
+from accord.primitives.rows import (
+    MAX_TTL_SECONDS,
+    Bound,
+    Clustering,
+    RowAt,
+    Selection,
+    Slice,
+    StaticAt,
+    Value,
+    _check_bounds,
+    _check_clustering,
+    read_results,
+)
 from accord.primitives.timestamp import Kind
-
-Value: TypeAlias = object
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -75,7 +101,45 @@ class MakeTuple:
     items: tuple[Expr, ...]
 
 
-Expr: TypeAlias = Const | ReadOf | BinOp | Item | MakeTuple
+@dataclass(frozen=True, slots=True)
+class RowOf:
+    """The row at ``clustering`` of ``key``'s partition (a tuple of its regular columns), or
+    ``default`` when absent."""
+
+    key: Key
+    clustering: Clustering = ()
+    default: Value = None
+
+    def __post_init__(self) -> None:
+        _check_clustering(self.clustering, "a row's clustering key")
+
+    @property
+    def selection(self) -> RowAt:
+        return RowAt(self.key, self.clustering)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceOf:
+    """The rows of a slice: a tuple of ``(clustering, row)`` pairs in the order asked for."""
+
+    slice: Slice
+
+
+@dataclass(frozen=True, slots=True)
+class CountOf:
+    """How many rows a slice returns (0 when none: ``> 0`` tests existence)."""
+
+    slice: Slice
+
+
+@dataclass(frozen=True, slots=True)
+class StaticOf:
+    """The partition's static row (a tuple of its static columns), or None."""
+
+    key: Key
+
+
+Expr: TypeAlias = Const | ReadOf | BinOp | Item | MakeTuple | RowOf | SliceOf | CountOf | StaticOf
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +169,71 @@ class Delete:
     key: Key
 
 
-Write: TypeAlias = Put | Delete
+def _check_ttl(ttl: int | None) -> None:
+    if ttl is not None and (type(ttl) is not int or not 1 <= ttl <= MAX_TTL_SECONDS):
+        raise InvalidTransaction(
+            f"TTL {ttl!r} is not a whole number of seconds from 1 to {MAX_TTL_SECONDS}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PutRow:
+    """Write every regular column of the row at ``clustering`` (``value``: their tuple);
+    with ``ttl``, the row stops being visible ``ttl`` seconds after executeAt."""
+
+    key: Key
+    clustering: Clustering
+    value: Expr
+    ttl: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_clustering(self.clustering, "a row's clustering key")
+        _check_ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True)
+class PutStatic:
+    """Write every static column of the partition (``value``: their tuple)."""
+
+    key: Key
+    value: Expr
+    ttl: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRow:
+    key: Key
+    clustering: Clustering
+
+    def __post_init__(self) -> None:
+        _check_clustering(self.clustering, "a row's clustering key")
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRange:
+    """Delete the rows a :class:`Slice` with this prefix and these bounds would match."""
+
+    key: Key
+    prefix: Clustering = ()
+    lower: Bound | None = None
+    upper: Bound | None = None
+
+    def __post_init__(self) -> None:
+        _check_clustering(self.prefix, "a range delete's clustering prefix")
+        _check_bounds(self.lower, self.upper)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePartition:
+    """Delete every row and the static row."""
+
+    key: Key
+
+
+Write: TypeAlias = Put | Delete | PutRow | PutStatic | DeleteRow | DeleteRange | DeletePartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +244,38 @@ class Update:
     condition: tuple[Predicate, ...] = ()
 
 
+class WriteScope(IntEnum):
+    """What part of a partition a computed write replaces (journaled: never renumber)."""
+
+    ROW = 0  # the row at ``clustering``
+    STATIC = 1
+    RANGE = 2  # delete only: rows a slice of ``clustering`` (the prefix) and bounds matches
+    PARTITION = 3  # delete only
+
+
 @dataclass(frozen=True, slots=True)
 class WriteOp:
-    """A computed write: ``value`` is ignored when ``delete`` is set."""
+    """A computed write: ``value`` is ignored when ``delete`` is set.
+
+    ``WriteOp(key, value)`` writes the row at ``()``, the form every store had before
+    partitions held rows.
+    """
 
     key: Key
     value: Value
     delete: bool = False
+    scope: WriteScope = WriteScope.ROW
+    clustering: Clustering = ()
+    lower: Bound | None = None
+    upper: Bound | None = None
+    ttl: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope in (WriteScope.RANGE, WriteScope.PARTITION) and not self.delete:
+            raise InvalidTransaction(f"a {self.scope.name.lower()} write must be a delete")
+        if self.ttl is not None and self.delete:
+            raise InvalidTransaction("a delete has no TTL")
+        _check_ttl(self.ttl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +285,8 @@ class TxnResult:
     reads: tuple[tuple[Key, Value], ...]
     applied: bool
     error: str | None = None
+    returned: tuple[Value, ...] = ()
+    """The values of ``Txn.returns`` (empty when they fail to evaluate)."""
 
     def read(self, key: Key) -> Value:
         for k, v in self.reads:
@@ -140,59 +295,96 @@ class TxnResult:
         return None
 
 
-def _expr_keys(expr: Expr | None, into: set[Key]) -> None:
+def _expr_selections(expr: Expr | None, into: dict[Selection, None]) -> None:
     if isinstance(expr, ReadOf):
-        into.add(expr.key)
+        into[RowAt(expr.key)] = None
+    elif isinstance(expr, RowOf):
+        into[expr.selection] = None
+    elif isinstance(expr, SliceOf | CountOf):
+        into[expr.slice] = None
+    elif isinstance(expr, StaticOf):
+        into[StaticAt(expr.key)] = None
     elif isinstance(expr, BinOp):
-        _expr_keys(expr.left, into)
-        _expr_keys(expr.right, into)
+        _expr_selections(expr.left, into)
+        _expr_selections(expr.right, into)
     elif isinstance(expr, Item):
-        _expr_keys(expr.value, into)
+        _expr_selections(expr.value, into)
     elif isinstance(expr, MakeTuple):
         for item in expr.items:
-            _expr_keys(item, into)
+            _expr_selections(item, into)
 
 
 @dataclass(frozen=True, slots=True)
 class Txn:
-    """A transaction: the keys it reads (returned to the client) and an optional update."""
+    """A transaction: the keys whose row at ``()`` it returns to the client (``reads``), an
+    optional update, and expressions over what it read whose values it also returns
+    (``returns``, evaluated before the update's writes, like a ``LET`` then ``SELECT``)."""
 
     reads: tuple[Key, ...]
     update: Update | None = None
+    returns: tuple[Expr, ...] = ()
     kind: Kind = field(init=False)
     keys: tuple[Key, ...] = field(init=False)
     read_keys: tuple[Key, ...] = field(init=False)
     write_keys: tuple[Key, ...] = field(init=False)
+    selections: tuple[Selection, ...] = field(init=False)
+    """Everything the transaction reads, each once, in a deterministic order."""
 
     def __post_init__(self) -> None:
-        needed: set[Key] = set(self.reads)
+        needed: dict[Selection, None] = {RowAt(key): None for key in self.reads}
         writes: set[Key] = set()
+        for expr in self.returns:
+            _expr_selections(expr, needed)
         if self.update is not None:
             for predicate in self.update.condition:
-                _expr_keys(predicate.left, needed)
-                _expr_keys(predicate.right, needed)
+                _expr_selections(predicate.left, needed)
+                _expr_selections(predicate.right, needed)
             for write in self.update.writes:
                 writes.add(write.key)
-                if isinstance(write, Put):
-                    _expr_keys(write.value, needed)
+                if isinstance(write, Put | PutRow | PutStatic):
+                    _expr_selections(write.value, needed)
         if not needed and not writes:
             raise InvalidTransaction("a transaction must read or write at least one key")
+        read = {selection.key for selection in needed}
         object.__setattr__(self, "kind", Kind.WRITE if writes else Kind.READ)
-        object.__setattr__(self, "read_keys", tuple(sorted(needed)))
+        object.__setattr__(self, "read_keys", tuple(sorted(read)))
         object.__setattr__(self, "write_keys", tuple(sorted(writes)))
-        object.__setattr__(self, "keys", tuple(sorted(needed | writes)))
+        object.__setattr__(self, "keys", tuple(sorted(read | writes)))
+        object.__setattr__(self, "selections", tuple(needed))
+
+    def selections_of(self, keys: tuple[Key, ...]) -> tuple[Selection, ...]:
+        """The selections on ``keys`` (what a replica owning them reads)."""
+        owned = set(keys)
+        return tuple(s for s in self.selections if s.key in owned)
 
 
 class _EvalError(Exception):
     pass
 
 
+def _selected(values: Mapping[Key, Value], selection: Selection) -> Value:
+    value, error = read_results(values, selection)
+    if error is not None:
+        raise _EvalError(error)
+    return value
+
+
 def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
     if isinstance(expr, Const):
         return expr.value
     if isinstance(expr, ReadOf):
-        value = values.get(expr.key)
+        value = _selected(values, RowAt(expr.key))
         return expr.default if value is None else value
+    if isinstance(expr, RowOf):
+        value = _selected(values, expr.selection)
+        return expr.default if value is None else value
+    if isinstance(expr, SliceOf):
+        return _selected(values, expr.slice)
+    if isinstance(expr, CountOf):
+        rows = _selected(values, expr.slice)
+        return len(rows) if isinstance(rows, tuple) else 0
+    if isinstance(expr, StaticOf):
+        return _selected(values, StaticAt(expr.key))
     if isinstance(expr, Item):
         row = _evaluate(expr.value, values)
         if row is None:
@@ -263,24 +455,81 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
         raise _EvalError(str(error)) from None
 
 
-def execute(txn: Txn, values: Mapping[Key, Value]) -> tuple[tuple[WriteOp, ...], TxnResult]:
-    """The writes and client result of ``txn`` given the values read at its executeAt.
+def _row_value(value: Value, what: str) -> Value:
+    if value is not None and _depth(value) > MAX_VALUE_DEPTH:
+        raise _EvalError(f"{what} nests deeper than {MAX_VALUE_DEPTH} levels")
+    return value
 
-    Deterministic and total: the same inputs give the same outputs on every machine.
-    """
-    reads = tuple((key, values.get(key)) for key in txn.reads)
-    update = txn.update
-    if update is None:
-        return (), TxnResult(reads, applied=True)
-    try:
-        if not all(_compare(p, values) for p in update.condition):
-            return (), TxnResult(reads, applied=False)
-        writes = tuple(
-            WriteOp(w.key, None, delete=True)
-            if isinstance(w, Delete)
-            else WriteOp(w.key, _evaluate(w.value, values))
-            for w in update.writes
+
+def _computed(write: Write, values: Mapping[Key, Value]) -> WriteOp:
+    if isinstance(write, Put):
+        return WriteOp(write.key, _evaluate(write.value, values))
+    if isinstance(write, Delete):
+        return WriteOp(write.key, None, delete=True)
+    if isinstance(write, PutRow):
+        value = _row_value(_evaluate(write.value, values), "a row")
+        if value is None:
+            # Writing nothing is deleting: a TTL on it would mean nothing.
+            return WriteOp(write.key, None, delete=True, clustering=write.clustering)
+        return WriteOp(write.key, value, clustering=write.clustering, ttl=write.ttl)
+    if isinstance(write, PutStatic):
+        value = _row_value(_evaluate(write.value, values), "a static row")
+        if value is None:
+            return WriteOp(write.key, None, delete=True, scope=WriteScope.STATIC)
+        return WriteOp(write.key, value, scope=WriteScope.STATIC, ttl=write.ttl)
+    if isinstance(write, DeleteRow):
+        return WriteOp(write.key, None, delete=True, clustering=write.clustering)
+    if isinstance(write, DeleteRange):
+        return WriteOp(
+            write.key,
+            None,
+            delete=True,
+            scope=WriteScope.RANGE,
+            clustering=write.prefix,
+            lower=write.lower,
+            upper=write.upper,
         )
+    return WriteOp(write.key, None, delete=True, scope=WriteScope.PARTITION)
+
+
+def _last_per_target(writes: list[WriteOp]) -> tuple[WriteOp, ...]:
+    # Two writes of one row (or static row) in one transaction: the later wins, on every
+    # store alike (they would otherwise share a timestamp and a store would pick by content).
+    seen: dict[tuple[object, ...], int] = {}
+    for index, write in enumerate(writes):
+        if write.scope in (WriteScope.ROW, WriteScope.STATIC):
+            seen[(write.key, write.scope, write.clustering)] = index
+    return tuple(
+        write
+        for index, write in enumerate(writes)
+        if write.scope not in (WriteScope.ROW, WriteScope.STATIC)
+        or seen[(write.key, write.scope, write.clustering)] == index
+    )
+
+
+def execute(txn: Txn, values: Mapping[Key, Value]) -> tuple[tuple[WriteOp, ...], TxnResult]:
+    """The writes and client result of ``txn`` given what was read at its executeAt.
+
+    ``values`` maps each read key to its :class:`~accord.primitives.rows.PartitionRead` (or,
+    from a store without partitions, to its row at ``()``). Deterministic and total: the
+    same inputs give the same outputs on every machine.
+    """
+    try:
+        reads = tuple((key, _selected(values, RowAt(key))) for key in txn.reads)
+    except _EvalError as error:
+        reads = tuple((key, None) for key in txn.reads)
+        return (), TxnResult(reads, applied=False, error=str(error))
+    try:
+        returned = tuple(_evaluate(expr, values) for expr in txn.returns)
     except _EvalError as error:
         return (), TxnResult(reads, applied=False, error=str(error))
-    return writes, TxnResult(reads, applied=True)
+    update = txn.update
+    if update is None:
+        return (), TxnResult(reads, applied=True, returned=returned)
+    try:
+        if not all(_compare(p, values) for p in update.condition):
+            return (), TxnResult(reads, applied=False, returned=returned)
+        writes = _last_per_target([_computed(w, values) for w in update.writes])
+    except _EvalError as error:
+        return (), TxnResult(reads, applied=False, error=str(error), returned=returned)
+    return writes, TxnResult(reads, applied=True, returned=returned)

@@ -21,15 +21,23 @@ import heapq
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accord.api import ClientReply, Clock, Ready
+from accord.api import ClientReply, Clock, DataStore, Ready
 from accord.invariants import check_not_none
 from accord.local.command import CommandSnapshot
 from accord.local.effects import DataRead, DataWrite
 from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
 from accord.node import Node, NodeConfig, NodeStats
-from accord.primitives import TIMESTAMP_MIN, Key, Status, Timestamp, TxnId, Value, WriteOp
+from accord.primitives import (
+    TIMESTAMP_MIN,
+    Key,
+    MemoryPartitions,
+    RowAt,
+    Status,
+    TxnId,
+    Value,
+)
 from accord.sim import NO_BUGS, Bugs
 from accord.sim.journal import MemoryJournal
 from accord.sim.oracle import Oracle
@@ -102,29 +110,18 @@ class SimClock:
 _CLOCK: type[Clock] = SimClock
 
 
-class SimDataStore:
-    """Last-write-wins by executeAt, like Cassandra with ``USING TIMESTAMP``; survives crashes."""
+class SimDataStore(MemoryPartitions):
+    """Last-write-wins by executeAt, like Cassandra with ``USING TIMESTAMP``; survives crashes.
 
-    __slots__ = ("cells",)
+    Partitions of rows with TTLs and tombstones (:class:`accord.primitives.MemoryPartitions`);
+    the workloads use only each key's row at ``()``.
+    """
 
-    def __init__(self) -> None:
-        self.cells: dict[Key, tuple[Timestamp, Value]] = {}
+    __slots__ = ()
 
-    def read(self, keys: tuple[Key, ...]) -> dict[Key, Value]:
-        return {k: self.cells[k][1] if k in self.cells else None for k in keys}
 
-    def write(self, writes: tuple[WriteOp, ...], execute_at: Timestamp) -> None:
-        for write in writes:
-            current = self.cells.get(write.key)
-            value = None if write.delete else write.value
-            # Equal timestamps: the larger value wins, as Cassandra decides by cell content
-            # (only two different outcomes of one txn, a protocol bug, ever tie).
-            if (
-                current is None
-                or current[0] < execute_at
-                or (current[0] == execute_at and repr(value) > repr(current[1]))
-            ):
-                self.cells[write.key] = (execute_at, value)
+if TYPE_CHECKING:  # the simulator's store is an accord.api.DataStore (checked by mypy)
+    _SIM_STORE: DataStore = SimDataStore()
 
 
 @dataclass(slots=True)
@@ -387,7 +384,8 @@ class Cluster:
             return
         if isinstance(op, DataRead):
             self.oracle.on_data(node_id, op)
-            slot.node.read_done(op.txn_id, store.read(op.keys))
+            selections = op.selections or tuple(RowAt(k) for k in op.keys)
+            slot.node.read_done(op.txn_id, store.read(selections, op.execute_at))
         else:
             slot.node.write_done(op.txn_id)
         self._flush(node_id)
@@ -506,10 +504,10 @@ class Cluster:
         bad = []
         keys: set[Key] = set()
         for store in self.stores.values():
-            keys.update(store.cells)
+            keys.update(store.keys())
         for key in sorted(keys):
             replicas = self.topology.shard_for(key).replicas
-            seen = {repr(self.stores[n].cells.get(key, (TIMESTAMP_MIN, None))) for n in replicas}
+            seen = {repr(self.stores[n].state(key)) for n in replicas}
             if len(seen) > 1:
                 bad.append(key)
         return bad
@@ -518,4 +516,4 @@ class Cluster:
         """Initial data, present on every replica before any transaction."""
         for key, value in values.items():
             for node_id in self.topology.shard_for(key).replicas:
-                self.stores[node_id].cells[key] = (TIMESTAMP_MIN, value)
+                self.stores[node_id].preload(key, value, TIMESTAMP_MIN)

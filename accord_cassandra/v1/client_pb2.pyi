@@ -14,8 +14,15 @@ number of Cassandra partitions, in the shape of Cassandra's Accord CQL:
     END IF
   COMMIT TRANSACTION
 
-Rows are addressed by their full partition key; a table written through Accord must have no
-clustering columns and must be written only through Accord.
+A LET reads one row by full primary key, or a slice of one partition:
+
+    LET recent = (SELECT * FROM bank.ledger WHERE account = 'alice' AND at >= 100
+                  ORDER BY at DESC LIMIT 10);
+
+and conditions test LET rows (IS NULL, columns), slices (EXISTS, COUNT) and static columns.
+Mutations write rows (all or some columns, optionally USING TTL), delete rows, clustering
+ranges or whole partitions. A table written through Accord must be written only through
+Accord. Limits: docs/sidecars.md ("Data model and limits").
 """
 
 from collections import abc as _abc
@@ -76,11 +83,18 @@ class RowRef(_message.Message):
     KEYSPACE_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    CLUSTERING_FIELD_NUMBER: _builtins.int
     keyspace: _builtins.str
     table: _builtins.str
     @_builtins.property
     def partition_key(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Partition key column values, in the table's partition key order."""
+
+    @_builtins.property
+    def clustering(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Clustering column values, in clustering order: all of them name one row; fewer (with a
+        Slice, or a delete) name the rows that start with them.
+        """
 
     def __init__(
         self,
@@ -88,35 +102,107 @@ class RowRef(_message.Message):
         keyspace: _builtins.str = ...,
         table: _builtins.str = ...,
         partition_key: _abc.Iterable[Global___Value] | None = ...,
+        clustering: _abc.Iterable[Global___Value] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "partition_key", b"partition_key", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clustering", b"clustering", "keyspace", b"keyspace", "partition_key", b"partition_key", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RowRef: _TypeAlias = RowRef  # noqa: Y015
 
 @_typing.final
+class Bound(_message.Message):
+    """One end of a range on a clustering column."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_FIELD_NUMBER: _builtins.int
+    INCLUSIVE_FIELD_NUMBER: _builtins.int
+    inclusive: _builtins.bool
+    @_builtins.property
+    def value(self) -> Global___Value: ...
+    def __init__(
+        self,
+        *,
+        value: Global___Value | None = ...,
+        inclusive: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inclusive", b"inclusive", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Bound: _TypeAlias = Bound  # noqa: Y015
+
+@_typing.final
+class Slice(_message.Message):
+    """WHERE <column> >= / > lower AND <column> <= / < upper ORDER BY ... LIMIT n, within the rows
+    whose clustering key starts with the RowRef's clustering values.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLUMN_FIELD_NUMBER: _builtins.int
+    LOWER_FIELD_NUMBER: _builtins.int
+    UPPER_FIELD_NUMBER: _builtins.int
+    REVERSED_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    column: _builtins.str
+    """The clustering column the bounds restrict: the one right after the given prefix."""
+    reversed: _builtins.bool
+    """Rows in the reverse of the table's clustering order (ORDER BY the other way)."""
+    limit: _builtins.int
+    """0: no LIMIT (a slice matching more than the row cap is then an error)."""
+    @_builtins.property
+    def lower(self) -> Global___Bound: ...
+    @_builtins.property
+    def upper(self) -> Global___Bound: ...
+    def __init__(
+        self,
+        *,
+        column: _builtins.str = ...,
+        lower: Global___Bound | None = ...,
+        upper: Global___Bound | None = ...,
+        reversed: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lower", b"lower", "upper", b"upper"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["column", b"column", "limit", b"limit", "lower", b"lower", "reversed", b"reversed", "upper", b"upper"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Slice: _TypeAlias = Slice  # noqa: Y015
+
+@_typing.final
 class Let(_message.Message):
-    """LET name = (SELECT * FROM row): the row as of the transaction's execution."""
+    """LET name = (SELECT * FROM row): the row as of the transaction's execution; with a slice,
+    the slice's rows.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     ROW_FIELD_NUMBER: _builtins.int
+    SLICE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def row(self) -> Global___RowRef: ...
+    @_builtins.property
+    def slice(self) -> Global___Slice: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         row: Global___RowRef | None = ...,
+        slice: Global___Slice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["row", b"row"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["row", b"row", "slice", b"slice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "row", b"row"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "row", b"row", "slice", b"slice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -124,6 +210,10 @@ Global___Let: _TypeAlias = Let  # noqa: Y015
 
 @_typing.final
 class ColumnRef(_message.Message):
+    """A column of a LET row (a regular or static column; for a slice, of its first row, which
+    needs LIMIT 1).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LET_FIELD_NUMBER: _builtins.int
@@ -179,6 +269,12 @@ class Expr(_message.Message):
     LITERAL_FIELD_NUMBER: _builtins.int
     COLUMN_FIELD_NUMBER: _builtins.int
     BINARY_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
+    count: _builtins.str
+    """How many rows a LET returned (0 or 1 for a single-row LET): an integer."""
+    row: _builtins.str
+    """A LET's row as a whole, for is_null / not_null (a slice: whether it has any row)."""
     @_builtins.property
     def literal(self) -> Global___Value: ...
     @_builtins.property
@@ -191,12 +287,14 @@ class Expr(_message.Message):
         literal: Global___Value | None = ...,
         column: Global___ColumnRef | None = ...,
         binary: Global___BinaryExpr | None = ...,
+        count: _builtins.str = ...,
+        row: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["binary", b"binary", "column", b"column", "kind", b"kind", "literal", b"literal"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["binary", b"binary", "column", b"column", "count", b"count", "kind", b"kind", "literal", b"literal", "row", b"row"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["binary", b"binary", "column", b"column", "kind", b"kind", "literal", b"literal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binary", b"binary", "column", b"column", "count", b"count", "kind", b"kind", "literal", b"literal", "row", b"row"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["literal", "column", "binary"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["literal", "column", "binary", "count", "row"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -210,12 +308,14 @@ class Condition(_message.Message):
     LEFT_FIELD_NUMBER: _builtins.int
     RIGHT_FIELD_NUMBER: _builtins.int
     op: _builtins.str
-    """"=", "!=", "<", "<=", ">", ">=", "is_null", "not_null" """
+    """"=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"; "exists" / "not_exists" take a
+    `row` expression and hold when the LET found a row (or a slice found any).
+    """
     @_builtins.property
     def left(self) -> Global___Expr: ...
     @_builtins.property
     def right(self) -> Global___Expr:
-        """absent for is_null / not_null"""
+        """absent for is_null / not_null / exists / not_exists"""
 
     def __init__(
         self,
@@ -257,30 +357,46 @@ Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
 
 @_typing.final
 class Mutation(_message.Message):
-    """INSERT/UPDATE (upsert of the listed columns; other columns keep their values) or DELETE."""
+    """INSERT/UPDATE (upsert of the listed columns; other columns keep their values) or DELETE of
+    the row (every clustering value given), of the rows starting with a clustering prefix, of a
+    clustering range, or of the whole partition.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     ROW_FIELD_NUMBER: _builtins.int
     UPSERT_FIELD_NUMBER: _builtins.int
     DELETE_FIELD_NUMBER: _builtins.int
+    DELETE_RANGE_FIELD_NUMBER: _builtins.int
+    DELETE_PARTITION_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
     delete: _builtins.bool
+    delete_partition: _builtins.bool
+    ttl: _builtins.int
+    """USING TTL, in seconds (upsert only; 0: none). Expiry is judged as of executeAt."""
     @_builtins.property
     def row(self) -> Global___RowRef: ...
     @_builtins.property
     def upsert(self) -> Global___Upsert: ...
+    @_builtins.property
+    def delete_range(self) -> Global___Slice:
+        """only column, lower and upper"""
+
     def __init__(
         self,
         *,
         row: Global___RowRef | None = ...,
         upsert: Global___Upsert | None = ...,
         delete: _builtins.bool = ...,
+        delete_range: Global___Slice | None = ...,
+        delete_partition: _builtins.bool = ...,
+        ttl: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "kind", b"kind", "row", b"row", "upsert", b"upsert"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "delete_partition", b"delete_partition", "delete_range", b"delete_range", "kind", b"kind", "row", b"row", "upsert", b"upsert"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "kind", b"kind", "row", b"row", "upsert", b"upsert"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "delete_partition", b"delete_partition", "delete_range", b"delete_range", "kind", b"kind", "row", b"row", "ttl", b"ttl", "upsert", b"upsert"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["upsert", "delete"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["upsert", "delete", "delete_range", "delete_partition"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -360,26 +476,58 @@ class Column(_message.Message):
 Global___Column: _TypeAlias = Column  # noqa: Y015
 
 @_typing.final
+class SliceRow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLUMNS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Column]:
+        """Clustering columns then regular columns."""
+
+    def __init__(
+        self,
+        *,
+        columns: _abc.Iterable[Global___Column] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SliceRow: _TypeAlias = SliceRow  # noqa: Y015
+
+@_typing.final
 class Row(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LET_FIELD_NUMBER: _builtins.int
     EXISTS_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    IS_SLICE_FIELD_NUMBER: _builtins.int
+    SLICE_FIELD_NUMBER: _builtins.int
     let: _builtins.str
     exists: _builtins.bool
+    """A single-row LET: whether the row exists (columns: regular then static columns).
+    A slice LET: whether it found any row (columns: the static columns).
+    """
+    is_slice: _builtins.bool
     @_builtins.property
     def columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Column]: ...
+    @_builtins.property
+    def slice(self) -> _containers.RepeatedCompositeFieldContainer[Global___SliceRow]: ...
     def __init__(
         self,
         *,
         let: _builtins.str = ...,
         exists: _builtins.bool = ...,
         columns: _abc.Iterable[Global___Column] | None = ...,
+        is_slice: _builtins.bool = ...,
+        slice: _abc.Iterable[Global___SliceRow] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "exists", b"exists", "let", b"let"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "exists", b"exists", "is_slice", b"is_slice", "let", b"let", "slice", b"slice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

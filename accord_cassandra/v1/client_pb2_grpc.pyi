@@ -15,8 +15,15 @@ number of Cassandra partitions, in the shape of Cassandra's Accord CQL:
     END IF
   COMMIT TRANSACTION
 
-Rows are addressed by their full partition key; a table written through Accord must have no
-clustering columns and must be written only through Accord.
+A LET reads one row by full primary key, or a slice of one partition:
+
+    LET recent = (SELECT * FROM bank.ledger WHERE account = 'alice' AND at >= 100
+                  ORDER BY at DESC LIMIT 10);
+
+and conditions test LET rows (IS NULL, columns), slices (EXISTS, COUNT) and static columns.
+Mutations write rows (all or some columns, optionally USING TTL), delete rows, clustering
+ranges or whole partitions. A table written through Accord must be written only through
+Accord. Limits: docs/sidecars.md ("Data model and limits").
 """
 
 from accord_cassandra.v1 import client_pb2 as _client_pb2

@@ -23,6 +23,9 @@ import pytest
 
 from accord_cassandra.cluster import LocalSidecars, wait_serving
 from accord_cassandra.launcher import CassandraHandle
+from stacksaga_store.store.schema import TABLES as SAGA_TABLES
+from stacksaga_store.store.schema import create_table_cql
+from tests.sidecar.saga_tables import memory_tables
 
 TOKEN = "test-token-0123456789"
 ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]
@@ -36,7 +39,15 @@ EMBEDDED_TABLES = {
         "partition_key": [["region", "text"], ["sku", "int"]],
         "columns": [["qty", "int"], ["name", "text"], ["photo", "blob"], ["active", "boolean"]],
     },
+    # Per-account ledger rows clustered by time, the balance a static column.
+    "bank.ledger": {
+        "partition_key": [["account", "text"]],
+        "clustering": [["at", "bigint", "desc"], ["transfer", "text", "asc"]],
+        "columns": [["amount", "bigint"], ["memo", "text"]],
+        "static": [["balance", "bigint"]],
+    },
 }
+EMBEDDED_TABLES.update(memory_tables("saga"))
 # Production timing. A shorter recover_delay_ms (0.5 s) looks tempting for crash tests, but
 # on this 2-core machine commit latency under load with the Cassandra store is near a second,
 # so the progress log then recovers live transactions wholesale (hundreds of recoveries, and
@@ -106,6 +117,12 @@ def bank_schema(keyspace: str) -> list[str]:
         # Tables Accord cannot serve must not stop the sidecar from serving the others.
         f"CREATE TABLE {keyspace}.profiles (id text PRIMARY KEY, labels map<text, int>)",
         f"CREATE TABLE {keyspace}.events (id text, at int, what text, PRIMARY KEY (id, at))",
+        f"CREATE TABLE {keyspace}.ledger (account text, at bigint, transfer text, amount bigint, "
+        "memo text, balance bigint static, PRIMARY KEY (account, at, transfer)) "
+        "WITH CLUSTERING ORDER BY (at DESC, transfer ASC)",
+        f"CREATE TABLE {keyspace}.hits (id text PRIMARY KEY, n counter)",
+        # The saga store's own nine tables, served beside the bank's.
+        *(create_table_cql(keyspace, table) for table in SAGA_TABLES),
     ]
 
 

@@ -20,7 +20,7 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from accord import Key, Timestamp, WriteOp
+from accord import Key, RowAt, Timestamp, WriteOp
 from accord_cassandra.client import Client, Transaction, TransactionError
 from accord_cassandra.cluster import metrics_of
 from accord_cassandra.datastore import (
@@ -335,7 +335,9 @@ def test_the_store_is_last_write_wins_by_execute_at(
         return Timestamp(1, HLC_BASE_MICROS + 10_000_000_000 + micros, 1, 1)
 
     async def read(*keys: Key) -> dict[Key, object]:
-        return await store.read(list(keys or [key]), at(1_000))
+        asked = list(keys or [key])
+        read = await store.read([RowAt(k) for k in asked], at(1_000))
+        return {k: read[k].get(RowAt(k)) for k in asked}
 
     async def scenario() -> None:
         assert await read(fresh) == {fresh: None}

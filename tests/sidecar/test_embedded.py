@@ -15,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from accord import MAX_ROWS_PER_SLICE
 from accord.codec import encode_message
 from accord.messages import Envelope, InformDurable
 from accord.primitives import Timestamp
@@ -26,6 +27,8 @@ from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 from tests.sidecar.bank import Bank, verify_ledger
 from tests.sidecar.conftest import TOKEN, log_tails
+from tests.sidecar.ledger import Ledger
+from tests.sidecar.saga_tables import write_and_read_all_nine
 
 TRANSACT = "/accord_cassandra.v1.Transactions/Transact"
 
@@ -331,6 +334,44 @@ def test_cli_txn_prints_the_result_and_reports_errors(embedded: LocalSidecars) -
     assert done.returncode == 2 and "not a TransactRequest" in done.stderr
 
 
+def test_cli_txn_writes_a_clustered_row_with_a_ttl_and_reads_a_slice(
+    embedded: LocalSidecars,
+) -> None:
+    address = embedded.addresses()[0]
+    row = {
+        "keyspace": "bank",
+        "table": "ledger",
+        "partitionKey": [{"text": "cli"}],
+        "clustering": [{"int": "5"}, {"text": "t"}],
+    }
+    write = {
+        "mutations": [
+            {
+                "row": row,
+                "upsert": {"set": [{"column": "amount", "value": {"literal": {"int": "3"}}}]},
+                "ttl": 3600,
+            }
+        ]
+    }
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(write))
+    assert done.returncode == 0 and json.loads(done.stdout)["applied"] is True, done.stderr
+    partition = {k: v for k, v in row.items() if k != "clustering"}
+    read = {
+        "lets": [
+            {
+                "name": "s",
+                "row": partition,
+                "slice": {"column": "at", "lower": {"value": {"int": "1"}}, "limit": 10},
+            }
+        ]
+    }
+    done = _cli("txn", "--address", address, "--token", TOKEN, json.dumps(read))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["slices"] == {
+        "s": [{"at": 5, "transfer": "t", "amount": 3, "memo": None}]
+    }
+
+
 def test_cli_sidecar_names_the_bad_field(tmp_path: object) -> None:
     from pathlib import Path
 
@@ -404,3 +445,54 @@ def test_a_restarted_embedded_sidecar_still_has_its_rows(embedded: LocalSidecars
     embedded.restart(2, timeout=60)
     with client(embedded.sidecars[2].address) as c:
         assert c.transact(reader).rows == expected
+
+
+# ---------------------------------------------------------------------------- clustered bank
+
+
+def test_clustered_bank_ledger_matches_balances_under_concurrency(
+    embedded: LocalSidecars,
+) -> None:
+    ledger = Ledger(embedded.addresses(), "bank", [f"acct{i}" for i in range(4)], token=TOKEN)
+
+    async def scenario() -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+        await ledger.setup()
+        await ledger.run(workers=4, transfers=8)
+        return await ledger.audit()
+
+    audit = asyncio.run(scenario())
+    assert len(ledger.acked) >= 10, (ledger.errors, log_tails(embedded))
+    assert ledger.problems(audit) == [], ledger.errors
+    serving_everywhere(embedded)
+
+
+def test_bad_clustered_requests_are_invalid_argument_and_the_cluster_serves_on(
+    embedded: LocalSidecars,
+) -> None:
+    unknown_column = Transaction()
+    unknown_column.let_slice("s", "bank", "ledger", "acct0", column="when", ge=1)
+    no_partition_key = Transaction()
+    no_partition_key.let_slice("s", "bank", "ledger", [], column="at", ge=1)
+    regular_range = Transaction()
+    regular_range.let_slice("s", "bank", "ledger", "acct0", column="amount", ge=1)
+    over_cap = Transaction()
+    over_cap.let_slice("s", "bank", "ledger", "acct0", limit=MAX_ROWS_PER_SLICE + 1)
+    for request, culprit in (
+        (unknown_column, "unknown clustering column 'when'"),
+        (no_partition_key, "whole partition key"),
+        (regular_range, "bank.ledger.amount is not a clustering column"),
+        (over_cap, "MAX_ROWS_PER_SLICE"),
+    ):
+        error = transact_error(embedded.addresses()[0], request)
+        assert error.code == "INVALID_ARGUMENT" and culprit in error.message, error.message
+    serving_everywhere(embedded)
+    with client(embedded.addresses()[1]) as c:
+        t = Transaction()
+        t.let_slice("s", "bank", "ledger", "nobody")
+        assert c.transact(t).slices["s"] == []
+
+
+def test_the_saga_stores_nine_tables_in_one_transaction(embedded: LocalSidecars) -> None:
+    with client(embedded.addresses()[2]) as c:
+        read = write_and_read_all_nine(c, "saga")
+    assert len(read) == 9

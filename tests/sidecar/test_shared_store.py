@@ -72,7 +72,7 @@ def run(tmp_path: Path, bugs: Bugs) -> tuple[object, object, bool]:
             await asyncio.sleep(0.01)
         assert 1 in dead, "the coordinator never sent its Apply"
         await asyncio.sleep(0.3)  # long enough for a write the coordinator issued to land
-        early = A in store.cells
+        early = store.partitions.value(A) is not None
         await hosts[1].stop()
         submitted.cancel()
         txn_id = next(iter(hosts[2].node.store.commands))
@@ -89,7 +89,7 @@ def run(tmp_path: Path, bugs: Bugs) -> tuple[object, object, bool]:
         assert len(outcomes) == 1, outcomes
         (writes,) = outcomes
         assert writes is not None
-        return store.cells[A][1], writes[0].value, early
+        return store.partitions.value(A), writes[0].value, early
 
     return asyncio.run(scenario())
 

@@ -377,7 +377,7 @@ def test_transfer_translates_to_reads_condition_and_puts() -> None:
     t.where(src["balance"] >= 10)
     t.update("bank", "accounts", "alice", balance=src["balance"] - 10)
     t.update("bank", "accounts", "bob", balance=dst["balance"] + 10)
-    txn, lets, _ = to_txn(t.request, CATALOG)
+    txn, lets, _, _ = to_txn(t.request, CATALOG)
     accounts = CATALOG.table("bank", "accounts")
     alice, bob = accounts.key(["alice"]), accounts.key(["bob"])
     assert lets == {"src": alice, "dst": bob}
@@ -404,7 +404,7 @@ def test_keys_are_cassandra_partitions() -> None:
 def test_delete_and_blind_upsert_need_no_read() -> None:
     t = Transaction().delete("bank", "accounts", "alice")
     t.update("bank", "accounts", "bob", balance=1, tag=2)
-    txn, lets, _ = to_txn(t.request, CATALOG)
+    txn, lets, _, _ = to_txn(t.request, CATALOG)
     assert lets == {}
     assert txn.reads == () and txn.read_keys == ()
     assert len(txn.write_keys) == 2
@@ -417,7 +417,7 @@ def test_computed_value_outside_a_narrow_column_fails_instead_of_writing() -> No
     item = t.let("item", "shop", "items", ("eu", 1))
     t.update("shop", "items", ("eu", 1), small=item["small"] + 1)
     t.update("shop", "items", ("eu", 2), small=item["small"] - 1)
-    txn, lets, checked = to_txn(t.request, CATALOG)
+    txn, lets, checked, _ = to_txn(t.request, CATALOG)
     assert checked == ("shop.items.small (tinyint)", "shop.items.small (tinyint)")
     key = lets["item"]
     for small, fits in [(126, True), (127, False), (-127, True), (-128, False), (0, True)]:
@@ -438,7 +438,7 @@ def test_a_failed_client_condition_is_not_an_error_even_with_range_guards() -> N
     item = t.let("item", "shop", "items", ("eu", 1))
     t.where(item["qty"] > 5)
     t.update("shop", "items", ("eu", 1), small=item["small"] + 1)
-    txn, lets, _ = to_txn(t.request, CATALOG)
+    txn, lets, _, _ = to_txn(t.request, CATALOG)
     row = (1, None, None, None, None, None, 127, None)
     writes, result = execute(txn, {lets["item"]: row})
     assert (writes, result.applied, result.error) == ((), False, None)
@@ -470,7 +470,7 @@ def test_to_response_names_rows_and_columns() -> None:
     t = Transaction()
     t.let("a", "bank", "accounts", "alice")
     t.let("z", "bank", "accounts", "zed")
-    _, lets, _ = to_txn(t.request, CATALOG)
+    _, lets, _, _ = to_txn(t.request, CATALOG)
     result = TxnResult(((lets["a"], (7, 9)), (lets["z"], None)), applied=True)
     response = Result.from_proto(to_response("1:2:0:3", result, lets, CATALOG))
     assert response.rows == {"a": {"balance": 7, "tag": 9}, "z": None}
@@ -714,7 +714,7 @@ def _is_int(value: object) -> bool:
 def test_random_builder_transactions_do_what_the_model_says(
     model: ModelTxn, state: dict[int, tuple[object, ...] | None]
 ) -> None:
-    txn, lets, _ = to_txn(to_builder(model).request, CATALOG)
+    txn, lets, _, _ = to_txn(to_builder(model).request, CATALOG)
     assert lets == {name: key_of(row) for name, row in model.lets.items()}
     values = {key_of(row): state[row] for row in range(len(ROWS))}
     writes, result = execute(txn, {k: values[k] for k in txn.read_keys})
@@ -748,6 +748,6 @@ def test_comparing_literals_of_different_types_is_refused() -> None:
         message = translate_error(literal_condition(op, pb.Value(int=1), pb.Value(text="a")))
         assert "cannot compare bigint with text" in message and "'a'" in message
     same = literal_condition("<", pb.Value(int=1), pb.Value(int=2))
-    txn, lets, _ = to_txn(same.request, CATALOG)
+    txn, lets, _, _ = to_txn(same.request, CATALOG)
     _, result = execute(txn, {lets["src"]: (5, 0)})
     assert result.applied and result.error is None

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accord import Key, Timestamp, WriteOp
+from accord import Key, RowAt, Timestamp, WriteOp
 from accord_cassandra.datastore import (
     HLC_BASE_MICROS,
     MAX_NODE_ID,
@@ -90,7 +90,7 @@ def test_memory_store_is_last_write_wins_in_executeat_order(
     async def apply() -> object:
         for stamp, value, delete in shuffled:
             await store.write([WriteOp(key, (value,), delete=delete)], stamp)
-        return (await store.read([key], max(writes)[0]))[key]
+        return (await store.read([RowAt(key)], max(writes)[0]))[key].get(RowAt(key))
 
     _, value, delete = max(writes)
     assert asyncio.run(apply()) == (None if delete else (value,))

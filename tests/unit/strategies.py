@@ -45,20 +45,37 @@ from accord.messages import (
     RecoverOk,
 )
 from accord.primitives import (
+    MAX_ROWS_PER_SLICE,
+    MAX_TTL_SECONDS,
     TOKEN_MAX,
     TOKEN_MIN,
     BinOp,
+    Bound,
     Const,
+    CountOf,
     Delete,
+    DeletePartition,
+    DeleteRange,
+    DeleteRow,
     Deps,
     Expr,
     Item,
     Key,
     MakeTuple,
+    PartitionRead,
     Predicate,
     Put,
+    PutRow,
+    PutStatic,
     ReadOf,
     Route,
+    RowAt,
+    RowOf,
+    Selection,
+    Slice,
+    SliceOf,
+    StaticAt,
+    StaticOf,
     Status,
     Timestamp,
     Txn,
@@ -67,6 +84,7 @@ from accord.primitives import (
     Value,
     Write,
     WriteOp,
+    WriteScope,
 )
 
 T = TypeVar("T")
@@ -111,12 +129,45 @@ def value_depth(value: Value) -> int:
     return 1 + max((value_depth(v) for v in value), default=0)
 
 
+clusterings: SearchStrategy[tuple[Value, ...]] = st.lists(
+    st.one_of(st.booleans(), int64s, st.text(max_size=4), st.binary(max_size=4)), max_size=2
+).map(tuple)
+bounds: SearchStrategy[Bound | None] = st.none() | st.builds(
+    Bound, st.one_of(int64s, st.text(max_size=4)), st.booleans()
+)
+ttls: SearchStrategy[int | None] = st.none() | st.integers(1, MAX_TTL_SECONDS)
+
+
+def slices(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Slice]:
+    return st.builds(
+        Slice,
+        keys() if key is None else key,
+        clusterings,
+        bounds,
+        bounds,
+        st.booleans(),
+        st.none() | st.integers(1, MAX_ROWS_PER_SLICE),
+    )
+
+
+def selections(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Selection]:
+    key = keys() if key is None else key
+    return st.one_of(st.builds(RowAt, key, clusterings), slices(key), st.builds(StaticAt, key))
+
+
 def exprs(
     key: SearchStrategy[Key] | None = None, value: SearchStrategy[Value] | None = None
 ) -> SearchStrategy[Expr]:
     key = keys() if key is None else key
     value = values(max_leaves=4) if value is None else value
-    leaves = st.one_of(st.builds(Const, value), st.builds(ReadOf, key, value))
+    # Partition reads are a third of the leaves: drawing them is dearer (slices, bounds).
+    partition_leaves = st.one_of(
+        st.builds(RowOf, key, clusterings, value),
+        st.builds(SliceOf, slices(key)),
+        st.builds(CountOf, slices(key)),
+        st.builds(StaticOf, key),
+    )
+    leaves = st.one_of(st.builds(Const, value), st.builds(ReadOf, key, value), partition_leaves)
     return st.recursive(
         leaves,
         lambda inner: st.one_of(
@@ -138,7 +189,21 @@ def predicates(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Predi
 
 def writes(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Write]:
     key = keys() if key is None else key
-    return st.one_of(st.builds(Put, key, exprs(key)), st.builds(Delete, key))
+    return st.one_of(
+        st.builds(Put, key, exprs(key)),
+        st.builds(Delete, key),
+        row_writes(key),
+    )
+
+
+def row_writes(key: SearchStrategy[Key]) -> SearchStrategy[Write]:
+    return st.one_of(
+        st.builds(PutRow, key, clusterings, exprs(key), ttls),
+        st.builds(PutStatic, key, exprs(key), ttls),
+        st.builds(DeleteRow, key, clusterings),
+        st.builds(DeleteRange, key, clusterings, bounds, bounds),
+        st.builds(DeletePartition, key),
+    )
 
 
 def updates(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Update]:
@@ -156,7 +221,8 @@ def txns(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Txn:
     update = draw(st.none() | updates(key))
     must_read = update is None or not update.writes
     reads = draw(st.lists(key, min_size=1 if must_read else 0, max_size=3))
-    return Txn(tuple(reads), update)
+    returns = draw(st.lists(exprs(key), max_size=1))
+    return Txn(tuple(reads), update, tuple(returns))
 
 
 @st.composite
@@ -176,12 +242,50 @@ def deps(
 
 
 statuses: SearchStrategy[Status] = st.sampled_from(Status)
-write_ops: SearchStrategy[WriteOp] = st.builds(WriteOp, keys(), values(), st.booleans())
+write_ops: SearchStrategy[WriteOp] = st.one_of(
+    st.builds(WriteOp, keys(), values(), st.booleans()),
+    st.builds(
+        WriteOp,
+        keys(),
+        values(),
+        st.just(False),
+        st.sampled_from([WriteScope.ROW, WriteScope.STATIC]),
+        clusterings,
+        ttl=ttls,
+    ),
+    st.builds(
+        WriteOp,
+        keys(),
+        st.none(),
+        st.just(True),
+        st.sampled_from(WriteScope),
+        clusterings,
+        bounds,
+        bounds,
+    ),
+)
+
+
+@st.composite
+def partition_reads(draw: st.DrawFn) -> tuple[Key, Value]:
+    """A key with a data store's answer for it: plain (a row at ()) or a PartitionRead."""
+    key = draw(keys())
+    if draw(st.booleans()):
+        return key, draw(values())
+    asked = draw(st.lists(selections(st.just(key)), max_size=3))
+    results = tuple((selection, draw(values())) for selection in asked)
+    return key, PartitionRead(results, draw(st.none() | st.text(max_size=12)))
+
+
 reads: SearchStrategy[tuple[tuple[Key, Value], ...]] = st.lists(
     st.tuples(keys(), values()), max_size=3
 ).map(tuple)
 txn_results: SearchStrategy[TxnResult] = st.builds(
-    TxnResult, reads, st.booleans(), st.none() | st.text(max_size=12)
+    TxnResult,
+    reads,
+    st.booleans(),
+    st.none() | st.text(max_size=12),
+    st.lists(values(), max_size=2).map(tuple),
 )
 
 
@@ -242,7 +346,9 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
         AcceptInvalidateOk: st.builds(AcceptInvalidateOk, **common),
         CommitOk: st.builds(CommitOk, **common),
         Insufficient: st.builds(Insufficient, **common),
-        ReadOk: st.builds(ReadOk, **common, values=reads),
+        ReadOk: st.builds(
+            ReadOk, **common, values=st.lists(partition_reads(), max_size=3).map(tuple)
+        ),
         ReadRedundant: st.builds(
             ReadRedundant,
             **common,

@@ -47,7 +47,9 @@ from accord.messages import (
 )
 from accord.primitives import (
     BinOp,
+    Bound,
     Const,
+    CountOf,
     Deps,
     Expr,
     Item,
@@ -57,6 +59,10 @@ from accord.primitives import (
     Put,
     ReadOf,
     Route,
+    RowOf,
+    Slice,
+    SliceOf,
+    StaticOf,
     Status,
     Timestamp,
     Txn,
@@ -215,7 +221,17 @@ def test_any_value_round_trips_exactly(value: object) -> None:
 
 
 def test_every_expression_kind_round_trips() -> None:
-    row = MakeTuple((Item(ReadOf(KEY, (1, 2)), -1), BinOp("concat", Const((1,)), Const(None))))
+    part = Slice(KEY, (1,), Bound(2), Bound("z", inclusive=False), reverse=True, limit=3)
+    row = MakeTuple(
+        (
+            Item(ReadOf(KEY, (1, 2)), -1),
+            BinOp("concat", Const((1,)), Const(None)),
+            RowOf(KEY, (1, b"c"), 5),
+            SliceOf(part),
+            CountOf(Slice(KEY)),
+            StaticOf(KEY),
+        )
+    )
     txn = Txn((KEY,), Update((Put(KEY, row),), (Predicate("not_null", Item(row, 0)),)))
 
     def kinds(expr: Expr) -> set[type]:
@@ -451,9 +467,9 @@ def test_malformed_input_is_a_codec_error_naming_the_problem(data: bytes, proble
         ),
         ((3, 3), [[], None], r"invalid Txn: a transaction must read or write"),
         ((3, 3, 1, 0, 0, 2, 1), 9, r"unknown operator code 9"),
-        ((3, 3, 1, 0, 0, 2), [7, 1], r"unknown expression kind 7"),
+        ((3, 3, 1, 0, 0, 2), [99, 1], r"unknown expression kind 99"),
         ((3, 3, 1, 0, 0, 2), [], r"integer tag, got nothing"),
-        ((3, 3, 1, 0, 0), [2, [1, "k"]], r"unknown write kind 2"),
+        ((3, 3, 1, 0, 0), [99, [1, "k"]], r"unknown write kind 99"),
         ((3, 3, 1, 0, 0, 2), [3, [0, 1], "0"], r"expected int, got str .*value.index\)"),
         ((3, 3, 1, 0, 0, 2), [3, [0, 1]], r"expected Item of 3 elements"),
         ((3, 3, 1, 0, 0, 2), [4, None], r"expected items \(an array\), got NoneType"),

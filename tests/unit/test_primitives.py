@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import deps, keys, timestamps, txns, values
 
@@ -19,6 +19,7 @@ from accord.primitives import (
     TOKEN_MIN,
     BinOp,
     Const,
+    CountOf,
     Delete,
     Deps,
     Expr,
@@ -29,8 +30,13 @@ from accord.primitives import (
     MakeTuple,
     Predicate,
     Put,
+    PutRow,
+    PutStatic,
     ReadOf,
     Route,
+    RowOf,
+    SliceOf,
+    StaticOf,
     Status,
     Timestamp,
     TokenRange,
@@ -283,8 +289,10 @@ def test_status_predicates(
 
 
 def expr_keys(expr: Expr | None) -> set[Key]:
-    if isinstance(expr, ReadOf):
+    if isinstance(expr, ReadOf | RowOf | StaticOf):
         return {expr.key}
+    if isinstance(expr, SliceOf | CountOf):
+        return {expr.slice.key}
     if isinstance(expr, BinOp):
         return expr_keys(expr.left) | expr_keys(expr.right)
     if isinstance(expr, Item):
@@ -294,15 +302,18 @@ def expr_keys(expr: Expr | None) -> set[Key]:
     return set()
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(txns(keys(small=True)))
 def test_txn_derives_kind_and_keys(txn: Txn) -> None:
     reads, writes = set(txn.reads), set()
+    for expr in txn.returns:
+        reads |= expr_keys(expr)
     if txn.update is not None:
         for predicate in txn.update.condition:
             reads |= expr_keys(predicate.left) | expr_keys(predicate.right)
         for write in txn.update.writes:
             writes.add(write.key)
-            if isinstance(write, Put):
+            if isinstance(write, Put | PutRow | PutStatic):
                 reads |= expr_keys(write.value)
     assert txn.read_keys == tuple(sorted(reads))
     assert txn.write_keys == tuple(sorted(writes))
@@ -472,6 +483,7 @@ def test_a_txn_without_update_reads_in_its_own_order() -> None:
     assert result.read(A) == 1 and result.read(C) is None
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(txns(keys(small=True)), st.dictionaries(keys(small=True), values(max_leaves=4)))
 def test_execute_is_total_and_deterministic(txn: Txn, store: dict[Key, Value]) -> None:
     produced, result = execute(txn, store)
@@ -481,11 +493,18 @@ def test_execute_is_total_and_deterministic(txn: Txn, store: dict[Key, Value]) -
         assert produced == ()
         assert not result.applied
     elif txn.update is not None:
-        assert [op.key for op in produced] == [w.key for w in txn.update.writes]
-        for op, write in zip(produced, txn.update.writes, strict=True):
-            assert op.delete == isinstance(write, Delete)
+        writes = txn.update.writes
+        assert {op.key for op in produced} == {w.key for w in writes}
+        legacy = all(isinstance(w, Put | Delete) for w in writes)
+        if legacy and len({w.key for w in writes}) == len(writes):
+            assert [op.key for op in produced] == [w.key for w in writes]
+            for op, write in zip(produced, writes, strict=True):
+                assert op.delete == isinstance(write, Delete)
+                if op.delete:
+                    assert op.value is None
+        for op in produced:
             if op.delete:
-                assert op.value is None
+                assert op.value is None and op.ttl is None
 
 
 @pytest.mark.parametrize(

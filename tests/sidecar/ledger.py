@@ -1,0 +1,124 @@
+"""The clustered bank: per-account ledger rows clustered by time, the balance a static column.
+
+A transfer reads both accounts' balances (a slice LIMIT 1 carries the static row), checks
+the source covers it, and in one transaction updates both balances and appends a ledger row
+to each partition under the transfer's id. Afterwards every balance must equal the sum of
+its ledger rows, and every acknowledged transfer must appear exactly once in both ledgers;
+a transfer whose outcome was unknown may appear once or not at all, never half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+from accord_cassandra.client import AsyncClient, Transaction, TransactionError
+
+INITIAL = 1_000
+
+
+@dataclass
+class Ledger:
+    addresses: list[str]
+    keyspace: str
+    accounts: list[str]
+    token: str | None = None
+    seed: int = 1
+    acked: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    refused: set[str] = field(default_factory=set)
+    unknown: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+    def client(self, index: int) -> AsyncClient:
+        address = self.addresses[index % len(self.addresses)]
+        return AsyncClient(address, token=self.token, timeout=30)
+
+    async def setup(self) -> None:
+        client = self.client(0)
+        try:
+            for account in self.accounts:
+                t = Transaction()
+                t.update(self.keyspace, "ledger", account, balance=INITIAL)
+                t.update(self.keyspace, "ledger", account, (0, "open"), amount=INITIAL, memo="open")
+                assert (await client.transact(t)).applied
+        finally:
+            await client.close()
+
+    async def worker(self, index: int, transfers: int) -> None:
+        rng = random.Random(self.seed * 1000 + index)
+        client = self.client(index)
+        try:
+            for n in range(transfers):
+                src, dst = rng.sample(self.accounts, 2)
+                amount = rng.randint(1, 300)
+                name = f"w{index}-{n}"
+                t = Transaction()
+                s = t.let_slice("s", self.keyspace, "ledger", src, limit=1)
+                d = t.let_slice("d", self.keyspace, "ledger", dst, limit=1)
+                t.where(s["balance"] >= amount)
+                t.update(self.keyspace, "ledger", src, balance=s["balance"] - amount)
+                t.update(self.keyspace, "ledger", dst, balance=d["balance"] + amount)
+                at = 1 + index * 100_000 + n
+                t.update(self.keyspace, "ledger", src, (at, name), amount=-amount, memo=dst)
+                t.update(self.keyspace, "ledger", dst, (at, name), amount=amount, memo=src)
+                try:
+                    result = await client.transact(t)
+                except TransactionError as error:
+                    self.unknown.add(name)
+                    self.errors.append(f"{name}: {error.code} {error.message}")
+                    continue
+                if result.error:
+                    self.errors.append(f"{name}: {result.error}")
+                if result.applied:
+                    self.acked[name] = (src, dst, amount)
+                else:
+                    self.refused.add(name)
+        finally:
+            await client.close()
+
+    async def run(self, workers: int, transfers: int) -> None:
+        await asyncio.gather(*(self.worker(i, transfers) for i in range(workers)))
+
+    async def audit(self) -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+        """Each account's balance and ledger rows, read in one transaction."""
+        client = self.client(0)
+        try:
+            t = Transaction()
+            for account in self.accounts:
+                t.let_slice(account, self.keyspace, "ledger", account)
+            result = await client.transact(t)
+        finally:
+            await client.close()
+        out: dict[str, tuple[int | None, list[dict[str, object]]]] = {}
+        for account in self.accounts:
+            statics = result.rows[account] or {}
+            balance = statics.get("balance")
+            out[account] = (balance if isinstance(balance, int) else None, result.slices[account])
+        return out
+
+    def problems(self, audit: dict[str, tuple[int | None, list[dict[str, object]]]]) -> list[str]:
+        found: list[str] = []
+        seen: dict[str, list[tuple[str, int]]] = {}
+        total = 0
+        for account, (balance, rows) in audit.items():
+            amounts = [r["amount"] for r in rows]
+            ledger_sum = sum(a for a in amounts if isinstance(a, int))
+            if balance != ledger_sum:
+                found.append(f"{account}: balance {balance} != ledger sum {ledger_sum}")
+            total += balance or 0
+            for r in rows:
+                name = str(r["transfer"])
+                if name != "open":
+                    seen.setdefault(name, []).append((account, int(r["amount"])))  # type: ignore[call-overload]
+        if total != INITIAL * len(self.accounts):
+            found.append(f"total {total} != {INITIAL * len(self.accounts)}")
+        for name, (src, dst, amount) in self.acked.items():
+            if sorted(seen.get(name, [])) != sorted([(src, -amount), (dst, amount)]):
+                found.append(f"acknowledged {name} appears as {seen.get(name)}")
+        for name, entries in seen.items():
+            if name in self.refused:
+                found.append(f"refused {name} appears as {entries}")
+            elif name not in self.acked and len(entries) != 2:
+                found.append(f"unknown {name} appears half: {entries}")
+        return found
