@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,6 +27,7 @@ from stacksaga_store.store.schema import TABLES as SAGA_TABLES
 from stacksaga_store.store.schema import create_table_cql
 from tests.sidecar.saga_tables import memory_tables
 
+SidecarsT = TypeVar("SidecarsT", bound=LocalSidecars)
 TOKEN = "test-token-0123456789"
 ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]
 EMBEDDED_TABLES = {
@@ -126,16 +127,20 @@ def bank_schema(keyspace: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cassandra_sidecars(
-    cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CassandraSidecars]:
-    keyspace = f"sidecar_{uuid.uuid4().hex[:10]}"
+@contextlib.contextmanager
+def bank_sidecars_on_cassandra(
+    cassandra_cluster: CassandraHandle,
+    directory: Path,
+    prefix: str,
+    cls: type[SidecarsT],
+) -> Iterator[tuple[SidecarsT, CassandraSidecars]]:
+    """Three sidecars of class ``cls`` on a fresh bank keyspace, dropped afterwards."""
+    keyspace = f"{prefix}_{uuid.uuid4().hex[:10]}"
     session = cassandra_cluster.connect()
     for statement in bank_schema(keyspace):
         session.execute(statement, timeout=60)
-    cluster = LocalSidecars(
-        tmp_path_factory.mktemp("cassandra-sidecars"),
+    cluster = cls(
+        directory,
         store="cassandra",
         cassandra={
             "contact_points": list(cassandra_cluster.contact_points),
@@ -147,13 +152,25 @@ def cassandra_sidecars(
     )
     try:
         cluster.start(timeout=90)
-        yield CassandraSidecars(cluster, cassandra_cluster, keyspace, session)
+        yield cluster, CassandraSidecars(cluster, cassandra_cluster, keyspace, session)
     finally:
         _stop(cluster)
         # A cluster the fixtures launched is deleted with its data anyway.
         if not getattr(cassandra_cluster, "disposable", False):
             with contextlib.suppress(Exception):
                 session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+
+
+@pytest.fixture(scope="module")
+def cassandra_sidecars(
+    cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CassandraSidecars]:
+    directory = tmp_path_factory.mktemp("cassandra-sidecars")
+    with bank_sidecars_on_cassandra(cassandra_cluster, directory, "sidecar", LocalSidecars) as (
+        _,
+        sidecars,
+    ):
+        yield sidecars
 
 
 def log_tails(cluster: LocalSidecars, lines: int = 40) -> str:

@@ -19,7 +19,6 @@ import contextlib
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ import pytest
 
 from accord_cassandra.cluster import LocalSidecars
 from accord_cassandra.launcher import CassandraHandle
-from tests.sidecar.conftest import TIMING, CassandraSidecars, _stop, bank_schema
+from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra
 from tests.sidecar.test_cassandra import judge, new_bank, run_scenario, until
 
 pytestmark = pytest.mark.cassandra
@@ -119,28 +118,16 @@ class HeldSidecars(LocalSidecars):
 def held_sidecars(
     cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[CassandraSidecars, HeldSidecars]]:
-    keyspace = f"held_{uuid.uuid4().hex[:10]}"
-    session = cassandra_cluster.connect()
-    for statement in bank_schema(keyspace):
-        session.execute(statement, timeout=60)
-    cluster = HeldSidecars(
-        tmp_path_factory.mktemp("held-sidecars"),
-        store="cassandra",
-        cassandra={
-            "contact_points": list(cassandra_cluster.contact_points),
-            "port": cassandra_cluster.native_port,
-            "keyspaces": [keyspace],
-            "consistency": "QUORUM",
-        },
-        extra={"timing": TIMING, "drain_seconds": 2},
-    )
-    try:
-        cluster.start(timeout=90)
-        yield CassandraSidecars(cluster, cassandra_cluster, keyspace, session), cluster
-    finally:
-        for forwarder in cluster.forwarders.values():
-            forwarder.close()
-        _stop(cluster)
+    directory = tmp_path_factory.mktemp("held-sidecars")
+    with bank_sidecars_on_cassandra(cassandra_cluster, directory, "held", HeldSidecars) as (
+        cluster,
+        sidecars,
+    ):
+        try:
+            yield sidecars, cluster
+        finally:
+            for forwarder in cluster.forwarders.values():
+                forwarder.close()
 
 
 def test_sigkill_a_coordinator_with_its_applies_held(
