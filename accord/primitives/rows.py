@@ -316,7 +316,7 @@ class MemoryPartitions:
             if not isinstance(write, WriteOp):
                 raise TypeError(f"expected a WriteOp, got {type(write).__name__}")
             part = self.partitions.setdefault(write.key, _Partition())
-            if write.scope is WriteScope.PARTITION:
+            if write.deletes_partition:
                 if part.deleted is None or part.deleted < execute_at:
                     part.deleted = execute_at
                 part.rows = {ck: cell for ck, cell in part.rows.items() if cell.stamp > execute_at}

@@ -277,6 +277,18 @@ class WriteOp:
             raise InvalidTransaction("a delete has no TTL")
         _check_ttl(self.ttl)
 
+    @property
+    def deletes_partition(self) -> bool:
+        """A partition delete, or a range delete with no prefix and no bounds: Cassandra has
+        only ``DELETE … WHERE pk = ?`` for the latter, which removes the static row too, so
+        every store treats the two alike."""
+        return self.scope is WriteScope.PARTITION or (
+            self.scope is WriteScope.RANGE
+            and not self.clustering
+            and self.lower is None
+            and self.upper is None
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TxnResult:

@@ -154,7 +154,8 @@ class NaiveModel:
         touching = [
             op
             for op in self.ops
-            if op.write.key == key and op.write.scope in (WriteScope.STATIC, WriteScope.PARTITION)
+            if op.write.key == key
+            and (op.write.scope is WriteScope.STATIC or op.write.deletes_partition)
         ]
         return self._decide(touching, when)
 
