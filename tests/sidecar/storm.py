@@ -257,6 +257,32 @@ async def kill_storm(
     return report
 
 
+async def kill_at_random(
+    cluster: LocalSidecars,
+    *,
+    kills: int,
+    seed: int,
+    gap: tuple[float, float] = (2.0, 6.0),
+    down: tuple[float, float] = (0.5, 3.0),
+    restart_deadline: float = 90.0,
+) -> list[tuple[float, str]]:
+    """``kills`` times: after a random ``gap`` s, SIGKILL a random sidecar, leave it dead a
+    random ``down`` s, restart it and wait until it serves. Returns (monotonic time, event),
+    the last one the last restart serving; one sidecar is down at a time, so a quorum stays."""
+    rng = random.Random(seed)
+    events: list[tuple[float, str]] = []
+    for _ in range(kills):
+        await asyncio.sleep(rng.uniform(*gap))
+        victim = rng.choice(sorted(cluster.sidecars))
+        await asyncio.to_thread(cluster.sidecars[victim].kill)
+        events.append((time.monotonic(), f"kill {victim}"))
+        await asyncio.sleep(rng.uniform(*down))
+        events.append((time.monotonic(), f"restart {victim}"))
+        await asyncio.to_thread(cluster.restart, victim, restart_deadline)
+        events.append((time.monotonic(), f"serving {victim}"))
+    return events
+
+
 # ------------------------------------------------------------------------------------------
 # Burst
 
