@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from accord_cassandra.client import AsyncClient, Transaction, TransactionError
@@ -64,11 +64,17 @@ class Ledger:
         return t
 
     async def worker(
-        self, index: int, transfers: int | None = None, until: Callable[[], bool] | None = None
+        self,
+        index: int,
+        transfers: int | None = None,
+        until: Callable[[], bool] | None = None,
+        addresses: Sequence[str] | None = None,
     ) -> None:
         """``transfers`` transfers (or until ``until()``), starting on sidecar ``index`` (mod
-        n) and moving to the next one whenever a sidecar looks unreachable."""
+        n) of ``addresses`` (default: all) and moving to the next one whenever a sidecar
+        looks unreachable."""
         rng = random.Random(self.seed * 1000 + index)
+        targets = list(addresses or self.addresses)
         clients: dict[int, AsyncClient] = {}
         slot, failures, n = index, 0, 0
         try:
@@ -78,9 +84,11 @@ class Ledger:
                 name = f"w{index}-{n}"
                 at = 1 + index * 100_000 + n
                 n += 1
-                where = slot % len(self.addresses)
+                where = slot % len(targets)
                 if where not in clients:
-                    clients[where] = self.client(where)
+                    clients[where] = AsyncClient(
+                        targets[where], token=self.token, timeout=self.timeout
+                    )
                 try:
                     result = await clients[where].transact(
                         self.transfer_txn(name, src, dst, amount, at)
@@ -95,7 +103,7 @@ class Ledger:
                         await asyncio.sleep(min(0.5, 0.02 * 2**failures) * rng.uniform(0.5, 1))
                     continue
                 failures = 0
-                self.answered.append((time.monotonic(), self.addresses[where]))
+                self.answered.append((time.monotonic(), targets[where]))
                 if result.error:
                     self.errors.append(f"{name}: {result.error}")
                 if result.applied:
@@ -107,9 +115,18 @@ class Ledger:
                 await client.close()
 
     async def run(
-        self, workers: int, transfers: int | None = None, until: Callable[[], bool] | None = None
+        self,
+        workers: int,
+        transfers: int | None = None,
+        until: Callable[[], bool] | None = None,
+        *,
+        addresses: Sequence[str] | None = None,
+        first_worker: int = 0,
     ) -> None:
-        await asyncio.gather(*(self.worker(i, transfers, until) for i in range(workers)))
+        """``workers`` workers; worker ids (and so transfer names) start at ``first_worker``."""
+        await asyncio.gather(
+            *(self.worker(first_worker + i, transfers, until, addresses) for i in range(workers))
+        )
 
     async def audit(self, index: int = 0) -> dict[str, tuple[int | None, list[dict[str, object]]]]:
         """Each account's balance and ledger rows, read in one transaction at sidecar

@@ -218,6 +218,7 @@ def test_clustered_bank_under_sigkill_of_sidecars(cassandra_sidecars: CassandraS
         sidecars.addresses(), sidecars.keyspace, [f"k{i}" for i in range(4)], seed=7, timeout=12
     )
     events: list[tuple[float, str]] = []
+    started = time.monotonic()
 
     def answered_since(moment: float) -> int:
         return sum(1 for at, _ in ledger.answered if at > moment)
@@ -247,7 +248,8 @@ def test_clustered_bank_under_sigkill_of_sidecars(cassandra_sidecars: CassandraS
     unknown = len(ledger.unknown)
     summary = (
         f"acked={len(ledger.acked)} refused={len(ledger.refused)} unknown={unknown} "
-        f"events={[what for _, what in events]} errors={ledger.errors[:10]}"
+        f"events={[f'{at - started:.1f}s {what}' for at, what in events]} "
+        f"took {time.monotonic() - started:.1f}s errors={ledger.errors[:10]}"
     )
     assert ledger.problems(audit) == [], summary
     assert [what for _, what in events if what.startswith("kill")] != [], summary
