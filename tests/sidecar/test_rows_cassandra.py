@@ -206,8 +206,9 @@ async def settle_books(
 
 
 def test_clustered_bank_under_sigkill_of_sidecars(cassandra_sidecars: CassandraSidecars) -> None:
-    """Six clients move money while a random sidecar is SIGKILLed at a random instant and
-    restarted, three times. Afterwards each balance is the sum of its ledger rows, every
+    """Six clients move money while sidecars are SIGKILLed at random instants and restarted,
+    three times (the second kill hits the restarted one while it starts: kill_at_random).
+    Afterwards each balance is the sum of its ledger rows, every
     acknowledged transfer appears exactly once in both ledgers, no refused one appears, an
     unknown one appears whole or not at all, the total is conserved, and what the sidecars
     read is what Cassandra holds. A double-applied transfer shows as a balance off its
@@ -295,7 +296,8 @@ def test_bad_slices_are_invalid_argument_naming_them_and_every_sidecar_serves_on
     no_partition_key.let_slice("s", ks, "ledger", ())
     over_the_cap = Transaction()
     over_the_cap.let_slice("s", ks, "ledger", "x", limit=MAX_ROWS_PER_SLICE + 1)
-    # Among valid reads and writes: the bad LET refuses the whole transaction.
+    # A counter write among valid reads and writes refuses the whole transaction: the
+    # partition's static balance stays unwritten (checked below).
     counter_among_valid = Transaction()
     counter_among_valid.let_slice("ok", ks, "ledger", "bad-input", limit=1)
     counter_among_valid.update(ks, "ledger", "bad-input", balance=1)
