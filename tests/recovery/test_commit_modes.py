@@ -28,20 +28,13 @@ from stacksaga_store.ring.leases import StaticLeaseSource
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.store.states import RunningStatus
 from tests.recovery._helpers import dump_directory
-from tests.recovery.conftest import T0, Stack, StackFactory, accord_recovery
+from tests.recovery.conftest import T0, Stack, StackFactory
 from tests.stacksaga.conftest import run
 
 pytestmark = pytest.mark.cassandra
 
 MINUTE = timedelta(minutes=1)
 DELAY = 5  # restore delay-windows of recovery_overrides()
-
-
-@pytest.fixture(params=["ordered", "accord"])
-def mode(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "accord":
-        return accord_recovery(request.getfixturevalue("accord_sidecars"))
-    return {}
 
 
 class Steps:

@@ -12,7 +12,9 @@ window (issue 16). Each test failed before its fix and says which:
   ``READ_GRACE_FLOOR``.
 
 Real Cassandra (tests/conftest.py's node), manual clocks; one saga of one step that fails
-once (``Steps.fail_first``).
+once (``Steps.fail_first``). The retry pointers are the same in both commit modes, and so
+are the fixes: each test runs in both (the issue asks that accord mode, too, retries
+within the next window).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def crash_after(
 
 @pytest.mark.parametrize("after", ["failed tryout", "retry status"])
 def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
-    open_stack: StackFactory, service_name: str, after: str
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any], after: str
 ) -> None:
     """Before the fix the pointer came after both writes: crashed after either, the pass at
     W+1 found no row and the saga waited ``delay-windows``."""
@@ -73,7 +75,7 @@ def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
         steps = Steps()
         steps.fail_first = True
         txn = uuid.uuid4()
-        async with open_stack(clock=clock) as crashed:
+        async with open_stack(clock=clock, **mode) as crashed:
             store = crashed.runtime.events
             if after == "failed tryout":
                 crash_after(
@@ -91,7 +93,7 @@ def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
             with pytest.raises(Killed):
                 await orchestrator.start("work", {}, transaction_id=txn)
         assert steps.runs[txn] == 1
-        async with open_stack(clock=clock) as stack:
+        async with open_stack(clock=clock, **mode) as stack:
             node = node_of(stack, steps, service_name)
             clock.advance(MINUTE)  # 12:01:30: W+1 is readable
             await node.run_pass()
@@ -104,7 +106,7 @@ def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
 
 
 def test_a_pointer_landing_as_its_bucket_is_dropped_is_retried_a_window_later(
-    open_stack: StackFactory, service_name: str
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
 ) -> None:
     """Saga ``first`` puts W+1's bucket on the map; saga ``late``'s pointer to the same
     bucket is sent at 12:00:59 but applied only after the Retry-Node, at 12:01:30, walked
@@ -117,7 +119,7 @@ def test_a_pointer_landing_as_its_bucket_is_dropped_is_retried_a_window_later(
         steps = Steps()
         steps.fail_first = True
         first, late = uuid.uuid4(), uuid.uuid4()
-        async with open_stack(clock=clock) as stack:
+        async with open_stack(clock=clock, **mode) as stack:
             directory = stack.engine.writer.directory
             sent = asyncio.Event()
             dropped = asyncio.Event()
@@ -161,7 +163,7 @@ def test_a_pointer_landing_as_its_bucket_is_dropped_is_retried_a_window_later(
 
 
 def test_a_reader_clock_ahead_of_a_writer_with_read_grace_0(
-    open_stack: StackFactory, service_name: str
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
 ) -> None:
     """The Retry-Node's clock runs 2 s ahead of the Standard-Node's (``read-grace`` 0, the
     default). At writer time 12:00:58 saga ``first`` fails (pointer at W+1); at reader time
@@ -178,8 +180,8 @@ def test_a_reader_clock_ahead_of_a_writer_with_read_grace_0(
         steps.fail_first = True
         first, second = uuid.uuid4(), uuid.uuid4()
         async with (
-            open_stack(clock=writer_clock) as writer,
-            open_stack(clock=reader_clock) as reader,
+            open_stack(clock=writer_clock, **mode) as writer,
+            open_stack(clock=reader_clock, **mode) as reader,
         ):
             orchestrator = writer.engine.orchestrator(sagas=[steps.saga()])
             await orchestrator.start("work", {}, transaction_id=first)
