@@ -433,9 +433,9 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
         number = left + right if expr.op == "+" else left - right
         return math.nan if math.isnan(number) else number
     if not _is_number(left) or not _is_number(right):
+        what = "two integers or two floats" if float in (type(left), type(right)) else "integers"
         raise _EvalError(
-            f"{expr.op} needs two integers or two floats, got {type(left).__name__} and "
-            f"{type(right).__name__}"
+            f"{expr.op} needs {what}, got {type(left).__name__} and {type(right).__name__}"
         )
     assert isinstance(left, int) and isinstance(right, int)  # narrowed by _is_number
     value = left + right if expr.op == "+" else left - right
@@ -472,9 +472,8 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
     if left is None or right is None or type(left) is not type(right):
         raise _EvalError(f"cannot order {type(left).__name__} against {type(right).__name__}")
     if type(left) is tuple:
-        # Element by element in order_key's total order (type-strict, NaN last), not
-        # Python's, which would compare True with 1.
-        left, right = order_key(left), order_key(right)
+        sign = _tuple_order(left, right)  # type: ignore[arg-type]
+        return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0}.get(predicate.op, sign >= 0)
     try:
         if predicate.op == "<":
             return bool(left < right)  # type: ignore[operator]
@@ -485,6 +484,24 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
         return bool(left >= right)  # type: ignore[operator]
     except TypeError as error:
         raise _EvalError(str(error)) from None
+
+
+def _tuple_order(left: tuple[Value, ...], right: tuple[Value, ...]) -> int:
+    """-1, 0 or 1: tuples element by element, then the shorter first. Each pair must be of
+    one kind, as for scalars (Python would order True against 1); floats inside a tuple
+    order by ``order_key`` (Double.compare), since Python's tuple comparison treats a NaN
+    as equal to itself only when it is the same object."""
+    for a, b in zip(left, right, strict=False):
+        if type(a) is not type(b):
+            raise _EvalError(f"cannot order {type(a).__name__} against {type(b).__name__}")
+        if type(a) is tuple:
+            sign = _tuple_order(a, b)  # type: ignore[arg-type]
+        else:
+            ka, kb = order_key(a), order_key(b)
+            sign = (ka > kb) - (ka < kb)
+        if sign:
+            return sign
+    return (len(left) > len(right)) - (len(left) < len(right))
 
 
 def _row_value(value: Value, what: str) -> Value:

@@ -84,6 +84,12 @@ def test_predicates_are_type_strict_inside_tuples() -> None:
     # Ordering tuples is element by element in order_key's order, kinds apart.
     assert _holds(Predicate("<", Const((1, -0.0)), Const((1, 0.0))))
     assert _holds(Predicate("<", Const((math.inf,)), Const((math.nan,))))
+    assert _holds(Predicate("<=", Const((math.nan,)), Const((math.nan,))))
+    txn = Txn(
+        reads=(),
+        update=Update((Put(KEY, Const(1)),), (Predicate("<", Const((True,)), Const((2,))),)),
+    )
+    assert execute(txn, {})[1].error == "cannot order bool against int"
 
 
 def test_float_arithmetic_is_ieee_and_never_mixes_with_integers() -> None:
