@@ -213,7 +213,10 @@ class _Builder:
             if value is None:
                 raise RequestError(f"{where}: a bound on {table.qualified}.{name} cannot be null")
             out.append(
-                Bound(check_type(f"{table.qualified}.{name}", cql_type, value), bound.inclusive)
+                Bound(
+                    check_type(f"{table.qualified}.{name}", cql_type, value, key=True),
+                    bound.inclusive,
+                )
             )
         return out[0], out[1]
 

@@ -200,6 +200,16 @@ def test_nan_and_negative_zero_are_refused_where_they_would_name_a_row() -> None
     assert "NaN and -0.0 are refused" in refused(
         Transaction().update("shop", "things", -0.0, [(1, "a")], n=1)
     )
+    t = Transaction()
+    t.let_slice("s", "shop", "things", 1.0, column="at", ge=(1, "a"))
+    to_txn(t.request, Catalog.from_mapping(TABLES))
+    bounded = Catalog.from_mapping(
+        {"k.t": {"partition_key": [["p", "int"]], "clustering": [["c", "double"]]}}
+    )
+    t = Transaction()
+    t.let_slice("s", "k", "t", 1, column="c", gt=math.nan)
+    with pytest.raises(RequestError, match=r"NaN and -0\.0 are refused"):
+        to_txn(t.request, bounded)
     for value in ((math.nan,), (-0.0, 0.0)):
         with pytest.raises(SchemaError, match=r"NaN and -0\.0 are refused"):
             check_type("w", "frozen<set<double>>", value)
