@@ -242,6 +242,7 @@ TYPED_SCHEMA = [
     "s frozen<set<bigint>>, m frozen<map<int, text>>, a frozen<addr>, x double, y float, "
     "v int, PRIMARY KEY (p, l, t, s, m, a, x, y)) WITH CLUSTERING ORDER BY "
     "(l ASC, t DESC, s ASC, m DESC, a ASC, x DESC, y ASC)",
+    "CREATE TABLE {ks}.floats (p float PRIMARY KEY, v int)",
 ]
 
 
@@ -315,6 +316,10 @@ def test_every_value_type_reads_back_alike_from_cassandra_and_memory(
     # The double partition key is Cassandra's own: its token matches.
     token = session.execute(f"SELECT token(p) FROM {ks}.shapes WHERE p = -2.75").one()[0]
     assert token == key.token
+    floats = catalog.table(ks, "floats").key([0.1])  # rounded to binary32 like the column
+    session.execute(f"INSERT INTO {ks}.floats (p, v) VALUES (0.1, 1)")
+    token = session.execute(f"SELECT token(p) FROM {ks}.floats WHERE p = 0.1").one()[0]
+    assert token == floats.token
     cassandra_node.drop_keyspace(session, ks)
 
 
