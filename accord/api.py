@@ -52,7 +52,13 @@ from accord.primitives import (
     TxnResult,
     WriteOp,
 )
-from accord.primitives.rows import in_slice, partition_too_large, slice_too_large, value_size
+from accord.primitives.rows import (
+    in_slice,
+    order_key,
+    partition_too_large,
+    slice_too_large,
+    value_size,
+)
 
 
 class Clock(Protocol):
@@ -186,6 +192,7 @@ __all__ = [
     "Ready",
     "Selection",
     "in_slice",
+    "order_key",
     "partition_too_large",
     "slice_too_large",
     "value_size",

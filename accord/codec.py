@@ -18,8 +18,9 @@ Theory of operation:
   ``[key, [[selection, value], ...], error]`` (a ``PartitionRead``). Fields added in
   :data:`CODEC_VERSION` 3 trail the version-2 ones and are left off at their defaults.
 * A user :data:`~accord.primitives.Value` maps onto msgpack's own types (nil, bool, int,
-  str as str, bytes as bin, tuple as array), so tuple, bytes and str stay distinct. Only
-  exact types are accepted: a list, float, enum or NamedTuple value has no wire form.
+  float as float 64, str as str, bytes as bin, tuple as array), so tuple, bytes and str,
+  and bool, int and float, stay distinct. Only exact types are accepted: a list, enum or
+  NamedTuple value has no wire form.
 * Integers anywhere are signed 64-bit. Input is limited to :data:`MAX_MESSAGE_BYTES`;
   values nest at most :data:`MAX_VALUE_DEPTH` tuples deep and expressions at most
   :data:`MAX_EXPR_DEPTH` nodes deep, so decoding hostile bytes is bounded in time, memory
@@ -176,7 +177,7 @@ def _construct(cls: Callable[..., T], *args: object) -> T:
 def _value(value: object, depth: int = 0) -> Value:
     """Check ``value`` is a wire-safe Value; used both ways since arrays arrive as tuples."""
     kind = type(value)
-    if value is None or kind is bool or kind is str or kind is bytes:
+    if value is None or kind is bool or kind is str or kind is bytes or kind is float:
         return value
     if kind is int:
         return _int(value)
@@ -184,7 +185,9 @@ def _value(value: object, depth: int = 0) -> Value:
         if depth >= MAX_VALUE_DEPTH:
             raise CodecError(f"value nests more than MAX_VALUE_DEPTH={MAX_VALUE_DEPTH} tuples")
         return tuple(_value(item, depth + 1) for item in cast("tuple[object, ...]", value))
-    raise CodecError(f"{kind.__name__} is not a value (None, bool, int, str, bytes or tuple)")
+    raise CodecError(
+        f"{kind.__name__} is not a value (None, bool, int, float, str, bytes or tuple)"
+    )
 
 
 def _scalar(cls: type[T]) -> _Codec[T]:

@@ -19,6 +19,11 @@ Not definite: the transaction may still commit (DEADLINE_EXCEEDED, UNAVAILABLE, 
 anything else; :class:`ClientFailure` after sending); read it back before retrying a
 non-idempotent one. The table in docs/sidecars.md ("Client errors") is the contract.
 
+Values are ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes`` or ``uuid.UUID``, and
+for a frozen collection, tuple, UDT or duration a list, tuple, set, frozenset or dict of
+them; results hold the core's forms (a set as a sorted tuple, a map as a tuple of
+``(key, value)`` pairs; docs/sidecars.md, "Data model and limits").
+
 ``Result.applied`` is whether the transaction's conditions held (always true without
 conditions), so its writes were applied; ``Result.read_only`` says it had none to apply.
 """

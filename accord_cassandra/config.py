@@ -207,7 +207,8 @@ class SidecarConfig(BaseSettings):
     cassandra: CassandraSettings = Field(default_factory=CassandraSettings)
     # Tables for the memory store (docs/sidecars.md, "The memory store's tables"):
     # {"ks.t": {"partition_key": [[name, type]], "clustering": [[name, type, "asc"|"desc"]],
-    #           "columns": [[name, type]], "static": [[name, type]]}}
+    #           "columns": [[name, type]], "static": [[name, type]]},
+    #  "ks.udt": {"fields": [[name, type]]}}  (a user-defined type of keyspace ks)
     tables: dict[str, dict[str, list[list[str]]]] = Field(default_factory=dict)
     client_token: str | None = None
     tls: TlsSettings | None = None
@@ -323,10 +324,10 @@ class SidecarConfig(BaseSettings):
     def _tables(cls, value: dict[str, dict[str, list[list[str]]]]) -> dict[str, Any]:
         for name, spec in value.items():
             for part, columns in spec.items():
-                if part not in ("partition_key", "clustering", "columns", "static"):
+                if part not in ("partition_key", "clustering", "columns", "static", "fields"):
                     raise ValueError(
                         f"{name}: unknown part {part!r} "
-                        "(partition_key, clustering, columns, static)"
+                        "(partition_key, clustering, columns, static; fields for a user type)"
                     )
                 for column in columns:
                     if part == "clustering" and len(column) in (2, 3):

@@ -28,11 +28,12 @@ of a later conflicting one is in Cassandra. (Earlier versions kept ``accord_hist
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import decimal
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from accord import (
     MAX_PARTITION_READ_BYTES,
@@ -52,8 +53,11 @@ from accord import (
 from accord.api import CommandSnapshot, in_slice, partition_too_large, slice_too_large, value_size
 from accord_cassandra.schema import (
     Catalog,
+    CqlType,
     SchemaError,
     TableSchema,
+    check_type,
+    parse_type,
     partition_values,
     routing_key_of,
 )
@@ -120,6 +124,7 @@ class MemoryDataStore:
             return tuple(order == "desc" for _, _, order in table.clustering)
 
         self.partitions = MemoryPartitions(descending)
+        self._catalog = catalog
         self.writes_executed = 0
 
     def restore(self, records: Sequence[object], owns: Callable[[Key], bool]) -> int:
@@ -154,7 +159,25 @@ class MemoryDataStore:
 
     def _apply(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         write_timestamp(execute_at)  # the same refusal of unencodable timestamps as Cassandra
-        self.partitions.write(writes, execute_at)
+        self.partitions.write([self._stored(write) for write in writes], execute_at)
+
+    def _stored(self, write: WriteOp) -> WriteOp:
+        """``write`` with its row as Cassandra would hold it (check_type's canonical form: a
+        float column's computed value rounded to binary32), so both stores read alike."""
+        if self._catalog is None or write.delete or not isinstance(write.value, tuple):
+            return write
+        try:
+            table = self._catalog.for_key(write.key)
+        except SchemaError:
+            return write
+        columns = table.static if write.scope is WriteScope.STATIC else table.columns
+        if len(columns) != len(write.value):
+            return write
+        row = tuple(
+            check_type(f"{table.qualified}.{name}", cql_type, value)
+            for (name, cql_type), value in zip(columns, write.value, strict=True)
+        )
+        return dataclasses.replace(write, value=row)
 
     async def close(self) -> None:
         return None
@@ -167,29 +190,107 @@ CASSANDRA_TTL_REFUSED = (
 
 
 def _to_driver(cql_type: str, value: object) -> object:
+    """A core value of a ``cql_type`` column as the driver takes it, in its canonical form
+    (check_type: a float column's value rounded to binary32, as the memory store holds it)."""
     if value is None:
         return None
-    if cql_type in ("uuid", "timeuuid"):
+    if cql_type == "timestamp" and not isinstance(value, int):
+        raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
+    return _driver_value(parse_type(cql_type), check_type(cql_type, cql_type, value))
+
+
+class _Entries:
+    """A map value as the driver serializes one (``len`` and ``items``), keeping the core's
+    entry order and taking keys a dict could not hold (a frozen list)."""
+
+    def __init__(self, entries: list[tuple[object, object]]) -> None:
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def items(self) -> list[tuple[object, object]]:
+        return self.entries
+
+
+def _driver_value(t: CqlType, value: object) -> object:
+    if value is None:
+        return None
+    if t.composite:
+        items = value if isinstance(value, tuple) else ()
+        if t.name in ("list", "set"):
+            return [_driver_value(t.args[0], item) for item in items]
+        if t.name == "map":
+            return _Entries(
+                [
+                    (_driver_value(t.args[0], k), _driver_value(t.args[1], v))
+                    for k, v in cast("tuple[tuple[object, object], ...]", items)
+                ]
+            )
+        return tuple(_driver_value(sub, item) for sub, item in zip(t.args, items, strict=True))
+    if t.name in ("uuid", "timeuuid"):
         return uuid.UUID(str(value))
-    if cql_type == "timestamp":
-        if not isinstance(value, int):
-            raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
-        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=value)
-    if cql_type == "date":
+    if t.name == "timestamp":
+        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=_int(value))
+    if t.name == "date":
         from cassandra.util import Date
 
         return Date(value)
-    if cql_type == "time":
+    if t.name == "time":
         from cassandra.util import Time
 
         return Time(value)
-    if cql_type == "decimal":
+    if t.name == "decimal":
         return decimal.Decimal(str(value))
+    if t.name == "duration":
+        from cassandra.util import Duration
+
+        months, days, nanos = cast("tuple[int, int, int]", value)
+        return Duration(months, days, nanos)
     return value
 
 
-def _from_driver(value: object) -> object:
-    """A driver value as the core's (schema.py's mapping of each CQL type)."""
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise ValueError(f"expected an integer, not {value!r}")
+    return value
+
+
+def _from_driver(value: object, cql_type: str | None = None) -> object:
+    """A driver value as the core's (schema.py's mapping of each CQL type); a composite
+    one (a collection, tuple, UDT or duration) needs its ``cql_type``, and comes back in
+    its canonical form (sets and maps sorted)."""
+    if (
+        cql_type is not None
+        and value is not None
+        and (cql_type == "duration" or parse_type(cql_type).composite)
+    ):
+        return check_type(cql_type, cql_type, _core_value(parse_type(cql_type), value))
+    return _scalar_from_driver(value)
+
+
+def _core_value(t: CqlType, value: object) -> object:
+    if value is None:
+        return None
+    if t.name == "duration":
+        return (
+            getattr(value, "months", None),
+            getattr(value, "days", None),
+            getattr(value, "nanoseconds", None),
+        )
+    if not t.composite:
+        return _scalar_from_driver(value)
+    if t.name in ("list", "set"):
+        return tuple(_core_value(t.args[0], item) for item in cast("list[object]", value))
+    if t.name == "map":
+        pairs = cast("Any", value).items()
+        return tuple((_core_value(t.args[0], k), _core_value(t.args[1], v)) for k, v in pairs)
+    fields = tuple(cast("tuple[object, ...]", value))
+    fields += (None,) * (len(t.args) - len(fields))  # a UDT written with fewer fields
+    return tuple(_core_value(sub, item) for sub, item in zip(t.args, fields, strict=True))
+
+
+def _scalar_from_driver(value: object) -> object:
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, datetime.datetime):
@@ -284,14 +385,14 @@ class CassandraDataStore:
             clustering = self._clustering_values(table, selection.clustering)
             statement = self._shaped(table, ("row",))
             rows = await _execute(self.session, statement, [*key_values, *clustering])
-            return (self._row(rows[0], 0, len(table.columns)) if rows else None), None
+            return (self._row(rows[0], 0, table.columns) if rows else None), None
         if isinstance(selection, StaticAt):
             if not table.static:
                 return None, None
             rows = await _execute(self.session, self._shaped(table, ("static",)), key_values)
             if not rows:
                 return None, None
-            value = self._row(rows[0], 0, len(table.static))
+            value = self._row(rows[0], 0, table.static)
             return (None if all(v is None for v in value) else value), None
         return await self._slice(table, selection, key_values)
 
@@ -301,7 +402,7 @@ class CassandraDataStore:
         if not table.clustering:
             # One row at (): the slice of a single-row partition.
             rows = await _execute(self.session, self._shaped(table, ("whole",)), key_values)
-            found = () if not rows else (((), self._row(rows[0], 0, len(table.columns))),)
+            found = () if not rows else (((), self._row(rows[0], 0, table.columns)),)
             matching = (
                 found if in_slice((), selection.prefix, selection.lower, selection.upper) else ()
             )
@@ -330,8 +431,8 @@ class CassandraDataStore:
         width = len(table.clustering)
         out = tuple(
             (
-                tuple(_from_driver(row[i]) for i in range(width)),
-                self._row(row, width, len(table.columns)),
+                tuple(_from_driver(row[i], table.clustering[i][1]) for i in range(width)),
+                self._row(row, width, table.columns),
             )
             for row in rows
             # A partition holding only static columns reads as one row of null clustering.
@@ -340,8 +441,8 @@ class CassandraDataStore:
         return out, None
 
     @staticmethod
-    def _row(row: Any, start: int, width: int) -> tuple[object, ...]:
-        return tuple(_from_driver(row[start + i]) for i in range(width))
+    def _row(row: Any, start: int, columns: Sequence[tuple[str, str]]) -> tuple[object, ...]:
+        return tuple(_from_driver(row[start + i], t) for i, (_, t) in enumerate(columns))
 
     def _clustering_values(self, table: TableSchema, values: tuple[object, ...]) -> list[object]:
         return [
@@ -431,7 +532,7 @@ class CassandraDataStore:
         )
         if not rows:
             return None
-        return tuple(_from_driver(rows[0][i]) for i in range(len(table.columns)))
+        return self._row(rows[0], 0, table.columns)
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         stamp = write_timestamp(execute_at)
@@ -558,6 +659,10 @@ def tables_from_cluster(
         keyspace = metadata.keyspaces.get(name)
         if keyspace is None:
             raise ValueError(f"keyspace {name!r} does not exist in Cassandra")
+        udts = {
+            udt: tuple(zip(t.field_names, t.field_types, strict=True))
+            for udt, t in getattr(keyspace, "user_types", {}).items()
+        }
         for table in keyspace.tables.values():
             if table.name in LEGACY_TABLES:
                 continue
@@ -583,6 +688,7 @@ def tables_from_cluster(
                             for n, c in table.columns.items()
                             if n not in key_names and c.is_static
                         ),
+                        udts,
                     )
                 )
             except SchemaError as error:

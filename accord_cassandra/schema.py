@@ -15,10 +15,14 @@ columns in key order with their order (``asc``/``desc``); ``static`` the static 
 from __future__ import annotations
 
 import decimal
+import functools
 import ipaddress
+import math
+import struct
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from accord import (
     DeleteRange,
@@ -30,11 +34,15 @@ from accord import (
     WriteOp,
     WriteScope,
 )
+from accord.api import order_key
 from accord_cassandra import tokens
 from accord_cassandra.errors import AccordCassandraError
 
 INT_TYPES = {"int": 32, "bigint": 64, "smallint": 16, "tinyint": 8, "counter": 64, "varint": 64}
 TEXT_TYPES = frozenset({"text", "varchar", "ascii"})
+# IEEE 754 binary32 and binary64, as Python floats (a float column's values are rounded to
+# binary32 on their way in and on every store's write, so all stores hold the same value).
+FLOAT_TYPES = frozenset({"float", "double"})
 # Time types as integers: timestamp (ms since the epoch), date (days since the epoch), time
 # (ns since midnight); inet as its canonical text; decimal as its canonical text.
 TIME_TYPES = {
@@ -42,21 +50,242 @@ TIME_TYPES = {
     "date": (-(2**31), 2**31 - 1),
     "time": (0, 86_400 * 10**9 - 1),
 }
-SUPPORTED_TYPES = frozenset(
-    {*INT_TYPES, *TEXT_TYPES, *TIME_TYPES, "blob", "boolean", "uuid", "timeuuid", "inet", "decimal"}
+SCALAR_TYPES = frozenset(
+    {
+        *INT_TYPES,
+        *TEXT_TYPES,
+        *TIME_TYPES,
+        *FLOAT_TYPES,
+        "blob",
+        "boolean",
+        "uuid",
+        "timeuuid",
+        "inet",
+        "decimal",
+        "duration",
+    }
 )
-# Their core values do not order as Cassandra orders them (text for inet and decimal).
-NOT_CLUSTERING_TYPES = frozenset({"inet", "decimal"})
-NOT_PARTITION_KEY_TYPES = frozenset({"decimal"})
+# Every scalar type is served; composite ones (frozen<list|set|map<…>>, tuple<…>, frozen
+# UDTs) are parsed from their type text by parse_type.
+SUPPORTED_TYPES = SCALAR_TYPES
+COLLECTIONS = frozenset({"list", "set", "map"})
+# Their core values do not order as Cassandra orders them (text for inet and decimal), or
+# Cassandra refuses them in a primary key (duration).
+NOT_CLUSTERING_TYPES = frozenset({"inet", "decimal", "duration"})
+NOT_PARTITION_KEY_TYPES = frozenset({"decimal", "duration"})
+# Types whose core order (accord.primitives.rows.order_key) is Cassandra's comparator's, so
+# they may sit inside a frozen collection, tuple or UDT clustering column. (A top-level uuid
+# or timeuuid clustering column predates this list and orders as its text.)
+CASSANDRA_ORDERED = frozenset(
+    {*INT_TYPES, *TEXT_TYPES, *TIME_TYPES, *FLOAT_TYPES, "blob", "boolean"}
+)
+# Cassandra refuses a duration as a set element or map key; a decimal's text tells 1.0 from
+# 1.00 where Cassandra's comparator, which dedupes set elements, does not.
+NOT_ELEMENT_TYPES = frozenset({"duration", "decimal"})
+INT32 = 2**31
 # A row or value larger than this is refused before it reaches the protocol.
 MAX_VALUE_BYTES = 64 * 1024
 # Cassandra's limit on a serialized partition key (an unsigned 16-bit length).
 MAX_PARTITION_KEY_BYTES = 0xFFFF
+# Elements of one collection value, and nesting of composite types.
+MAX_COLLECTION_ELEMENTS = 10_000
+MAX_TYPE_DEPTH = 8
 
 
 class SchemaError(AccordCassandraError, ValueError):
     """A request names a keyspace, table or column that does not exist, or a value of the
     wrong type for its column. The message names the culprit."""
+
+
+@dataclass(frozen=True, slots=True)
+class CqlType:
+    """A parsed CQL type. ``name`` is a scalar type, ``list``/``set``/``map``/``tuple``, or
+    ``udt`` (``udt`` names it, ``fields`` its field names; ``args`` are the element, key and
+    value, component or field types). ``frozen`` is set on a frozen collection or UDT
+    (tuples are always frozen; everything inside a frozen type is)."""
+
+    name: str
+    args: tuple[CqlType, ...] = ()
+    frozen: bool = False
+    fields: tuple[str, ...] = ()
+    udt: str = ""
+
+    def text(self) -> str:
+        """The canonical type text (a UDT spelled out: ``address{street: text}``), which
+        parse_type reads back without the UDT's definition."""
+        if self.name == "udt":
+            inner = ", ".join(
+                f"{f}: {t.text()}" for f, t in zip(self.fields, self.args, strict=True)
+            )
+            body = f"{self.udt}{{{inner}}}"
+        elif self.args:
+            body = f"{self.name}<{', '.join(t.text() for t in self.args)}>"
+        else:
+            return self.name
+        return f"frozen<{body}>" if self.frozen and self.name != "tuple" else body
+
+    @property
+    def composite(self) -> bool:
+        return bool(self.args)
+
+
+UserTypes = Mapping[str, Sequence[Sequence[str]]]
+"""User-defined types by name: their ``[field, type]`` pairs, in order."""
+
+
+class _TypeParser:
+    def __init__(self, text: str, udts: UserTypes) -> None:
+        self.text, self.at, self.udts = text, 0, udts
+
+    def fail(self, why: str) -> SchemaError:
+        return SchemaError(f"CQL type {self.text}: {why}")
+
+    def peek(self) -> str:
+        while self.at < len(self.text) and self.text[self.at] == " ":
+            self.at += 1
+        return self.text[self.at] if self.at < len(self.text) else ""
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise self.fail(f"expected {char!r} at {self.at}")
+        self.at += 1
+
+    def ident(self) -> str:
+        self.peek()
+        start = self.at
+        while self.at < len(self.text) and self.text[self.at] not in "<>{},: ":
+            self.at += 1
+        if start == self.at:
+            raise self.fail(f"expected a name at {start}")
+        return self.text[start : self.at]
+
+    def parse(self, frozen: bool, depth: int, seen: tuple[str, ...] = ()) -> CqlType:
+        if depth > MAX_TYPE_DEPTH:
+            raise self.fail(f"nested deeper than {MAX_TYPE_DEPTH}")
+        name = self.ident()
+        if name == "frozen":
+            self.expect("<")
+            inner = self.parse(True, depth, seen)
+            self.expect(">")
+            return inner
+        if self.peek() == "{":  # a UDT spelled out (CqlType.text)
+            self.at += 1
+            fields: list[tuple[str, CqlType]] = []
+            while True:
+                field_name = self.ident()
+                self.expect(":")
+                fields.append((field_name, self.parse(True, depth + 1, seen)))
+                if self.peek() != ",":
+                    break
+                self.at += 1
+            self.expect("}")
+            return _udt(name, fields, frozen)
+        if self.peek() == "<":
+            self.at += 1
+            args = [self.parse(frozen, depth + 1, seen)]
+            while self.peek() == ",":
+                self.at += 1
+                args.append(self.parse(frozen, depth + 1, seen))
+            self.expect(">")
+            arity = {"list": 1, "set": 1, "map": 2}.get(name)
+            if name == "tuple":
+                return CqlType("tuple", tuple(args), True)
+            if arity is None:
+                raise self.fail(f"{name}<…> is not a type the sidecar serves")
+            if len(args) != arity:
+                raise self.fail(f"{name} takes {arity} type(s)")
+            return CqlType(name, tuple(args), frozen)
+        if name in SCALAR_TYPES or name == "counter":
+            return CqlType(name)
+        definition = self.udts.get(name)
+        if definition is None:
+            raise self.fail(f"{name} is not a type the sidecar serves")
+        if name in seen:
+            raise self.fail(f"user type {name} contains itself")
+        fields = []
+        for pair in definition:
+            if len(pair) != 2:
+                raise self.fail(f"user type {name}: {pair!r} is not [field, type]")
+            sub = _TypeParser(str(pair[1]), self.udts)
+            fields.append((str(pair[0]), sub.whole(True, depth + 1, (*seen, name))))
+        return _udt(name, fields, frozen)
+
+    def whole(self, frozen: bool, depth: int, seen: tuple[str, ...] = ()) -> CqlType:
+        parsed = self.parse(frozen, depth, seen)
+        if self.peek():
+            raise self.fail(f"unexpected {self.text[self.at :]!r}")
+        return parsed
+
+
+def _udt(name: str, fields: Sequence[tuple[str, CqlType]], frozen: bool) -> CqlType:
+    if not fields:
+        raise SchemaError(f"user type {name} has no fields")
+    return CqlType("udt", tuple(t for _, t in fields), frozen, tuple(f for f, _ in fields), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> CqlType:
+    return _TypeParser(text, {}).whole(False, 0)
+
+
+def parse_type(text: str, udts: UserTypes | None = None) -> CqlType:
+    """``text`` (a CQL type as Cassandra's metadata spells it, or CqlType.text) parsed,
+    with the user types ``udts`` resolved; SchemaError if the sidecar cannot serve it."""
+    if not udts:
+        return _parse_cached(text)
+    return _TypeParser(text, udts).whole(False, 0)
+
+
+def _refusal(where: str, t: CqlType, role: str) -> str | None:
+    """Why a column of type ``t`` cannot be served in ``role`` (partition, clustering or
+    regular), or None."""
+    top = t.text()
+    if t.name == "counter":
+        return (
+            f"{where} is a counter: counter tables cannot be written through Accord (a "
+            "counter update is not idempotent under USING TIMESTAMP)"
+        )
+    if (t.name in COLLECTIONS or t.name == "udt") and not t.frozen:
+        return (
+            f"{where}: non-frozen {top} is not served through Accord (an element write "
+            "such as a list append is not idempotent under replay); declare it frozen<…>"
+        )
+    for sub in (t, *_walk(t)):
+        if sub.name == "counter" and sub is not t:
+            return f"{where}: {top} holds a counter"
+        if sub.name in ("set", "map") and (
+            sub.args[0].name in NOT_ELEMENT_TYPES
+            or any(x.name in NOT_ELEMENT_TYPES for x in _walk(sub.args[0]))
+        ):
+            return (
+                f"{where}: {top}: a set element or map key of type {sub.args[0].text()} is "
+                "not served (Cassandra refuses duration there; a decimal's text is not its "
+                "order)"
+            )
+    if role == "partition" and (t.name in NOT_PARTITION_KEY_TYPES or t.composite):
+        return f"{where}: CQL type {top} is not supported in a partition key"
+    if role == "clustering":
+        if t.name in NOT_CLUSTERING_TYPES:
+            return (
+                f"{where}: CQL type {top} is not supported as a clustering column (its "
+                "Accord value would not sort as Cassandra sorts it)"
+            )
+        if t.composite and any(
+            not sub.composite and sub.name not in CASSANDRA_ORDERED for sub in _walk(t)
+        ):
+            return (
+                f"{where}: CQL type {top} is not supported as a clustering column (an "
+                "element's Accord value would not sort as Cassandra sorts it)"
+            )
+    return None
+
+
+def _walk(t: CqlType) -> list[CqlType]:
+    out = []
+    for arg in t.args:
+        out.append(arg)
+        out.extend(_walk(arg))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,32 +296,38 @@ class TableSchema:
     columns: tuple[tuple[str, str], ...]
     clustering: tuple[tuple[str, str, str], ...] = ()
     static: tuple[tuple[str, str], ...] = ()
+    # User-defined types of the keyspace, by name: their [field, type] pairs. Column types
+    # naming one are rewritten to their canonical text (CqlType.text), which spells it out.
+    udts: UserTypes = field(default_factory=dict, repr=False, compare=False)
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.partition_key:
             raise SchemaError(f"{self.qualified}: a table needs a partition key")
-        clustering = tuple((name, cql_type) for name, cql_type, _ in self.clustering)
-        for name, cql_type in (*self.partition_key, *clustering, *self.columns, *self.static):
-            if cql_type == "counter":
-                raise SchemaError(
-                    f"{self.qualified}.{name} is a counter: counter tables cannot be written "
-                    "through Accord (a counter update is not idempotent under USING TIMESTAMP)"
-                )
-            if cql_type not in SUPPORTED_TYPES:
-                raise SchemaError(f"{self.qualified}.{name}: CQL type {cql_type} is not supported")
-        for name, cql_type in clustering:
-            if cql_type in NOT_CLUSTERING_TYPES:
-                raise SchemaError(
-                    f"{self.qualified}.{name}: CQL type {cql_type} is not supported as a "
-                    "clustering column (its Accord value would not sort as Cassandra sorts it)"
-                )
-        for name, cql_type in self.partition_key:
-            if cql_type in NOT_PARTITION_KEY_TYPES:
-                raise SchemaError(
-                    f"{self.qualified}.{name}: CQL type {cql_type} is not supported in a "
-                    "partition key"
-                )
+
+        def resolved(name: str, cql_type: str, role: str) -> str:
+            where = f"{self.qualified}.{name}"
+            try:
+                parsed = parse_type(cql_type, self.udts)
+            except SchemaError as error:
+                raise SchemaError(f"{where}: {error}") from None
+            why = _refusal(where, parsed, role)
+            if why is not None:
+                raise SchemaError(why)
+            return parsed.text()
+
+        for part, role in (
+            ("partition_key", "partition"),
+            ("columns", "regular"),
+            ("static", "regular"),
+        ):
+            columns = getattr(self, part)
+            object.__setattr__(self, part, tuple((n, resolved(n, t, role)) for n, t in columns))
+        object.__setattr__(
+            self,
+            "clustering",
+            tuple((n, resolved(n, t, "clustering"), o) for n, t, o in self.clustering),
+        )
         for name, _, order in self.clustering:
             if order not in ("asc", "desc"):
                 raise SchemaError(
@@ -127,7 +362,7 @@ class TableSchema:
         for (name, cql_type, _), value in zip(self.clustering, values, strict=False):
             if value is None:
                 raise SchemaError(f"{self.qualified}.{name}: a clustering value cannot be null")
-            out.append(check_type(f"{self.qualified}.{name}", cql_type, value))
+            out.append(check_type(f"{self.qualified}.{name}", cql_type, value, key=True))
         return tuple(out)
 
     @property
@@ -182,10 +417,111 @@ class TableSchema:
         return check_type(f"{self.qualified}.{column}", self.column_type(column), value)
 
 
-def check_type(where: str, cql_type: str, value: object) -> object:
-    """``value`` if it fits ``cql_type`` (None always fits), else :class:`SchemaError`."""
+def check_type(where: str, cql_type: str, value: object, *, key: bool = False) -> object:
+    """``value`` if it fits ``cql_type`` (None always fits), else :class:`SchemaError`; in
+    its canonical form: a float column's value rounded to binary32, an integer given for a
+    float or double as that float, a set's elements and a map's entries sorted (by
+    ``order_key``, Cassandra's order for the types a clustering column may hold) and
+    deduplicated, a uuid or inet as its canonical text.
+
+    ``key``: the value names a partition or a row (partition key, clustering value or
+    bound), where NaN and -0.0 are refused.
+    """
     if value is None:
         return None
+    return _check(where, parse_type(cql_type), value, key)
+
+
+def _check(where: str, t: CqlType, value: object, key: bool) -> object:
+    if not t.composite:
+        checked = _check_scalar(where, t.name, value)
+        if key and type(checked) is float and _odd(checked):
+            raise SchemaError(
+                f"{where}: {checked!r} cannot name a partition, a row or a set element or "
+                "map key (NaN and -0.0 are refused there: the stores could not agree on them)"
+            )
+        return checked
+    if isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, tuple):
+        raise SchemaError(f"{where} is {t.text()}; got {type(value).__name__} {value!r}")
+    items = cast("tuple[object, ...]", value)
+    if len(items) > MAX_COLLECTION_ELEMENTS:
+        raise SchemaError(f"{where}: more than {MAX_COLLECTION_ELEMENTS} elements")
+    if t.name in ("tuple", "udt"):
+        if len(items) != len(t.args):
+            raise SchemaError(f"{where} is {t.text()}; got {len(items)} of {len(t.args)} fields")
+        names = t.fields or tuple(str(i) for i in range(len(t.args)))
+        return tuple(
+            None if item is None else _check(f"{where}.{name}", sub, item, key)
+            for name, sub, item in zip(names, t.args, items, strict=True)
+        )
+
+    def element(item: object, sub: CqlType, what: str, as_key: bool) -> object:
+        if item is None:
+            raise SchemaError(f"{where}: a {what} of {t.text()} cannot be null")
+        return _check(f"{where}[{what}]", sub, item, as_key)
+
+    if t.name == "list":
+        return tuple(element(item, t.args[0], "list element", key) for item in items)
+    if t.name == "set":
+        found = [element(item, t.args[0], "set element", True) for item in items]
+        unique = {_strict(item): item for item in found}
+        return tuple(unique[k] for k in sorted(unique))
+    entries: dict[tuple[object, ...], tuple[object, object]] = {}
+    for entry in items:
+        if isinstance(entry, list):
+            entry = tuple(entry)
+        if not isinstance(entry, tuple) or len(entry) != 2:
+            raise SchemaError(f"{where} is {t.text()}; an entry is a (key, value) pair")
+        pair = cast("tuple[object, object]", entry)
+        k = element(pair[0], t.args[0], "map key", True)
+        v = element(pair[1], t.args[1], "map value", key)
+        if _strict(k) in entries:
+            raise SchemaError(f"{where}: map key {k!r} given twice")
+        entries[_strict(k)] = (k, v)
+    return tuple(entries[k] for k in sorted(entries))
+
+
+def _strict(value: object) -> tuple[object, ...]:
+    return order_key(value)
+
+
+def _odd(number: float) -> bool:
+    return math.isnan(number) or (number == 0.0 and math.copysign(1.0, number) < 0)
+
+
+def to_binary32(number: float) -> float:
+    """``number`` rounded to the nearest IEEE 754 binary32 (ties to even; beyond the largest
+    binary32, infinity), as a float column holds it."""
+    if math.isnan(number) or math.isinf(number):
+        return number
+    try:
+        return cast("float", struct.unpack(">f", struct.pack(">f", number))[0])
+    except OverflowError:  # rounds past the largest binary32
+        return math.copysign(math.inf, number)
+
+
+def _check_duration(where: str, value: object) -> tuple[int, int, int]:
+    if isinstance(value, list):
+        value = tuple(value)
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 3
+        or any(type(part) is not int for part in value)
+    ):
+        raise SchemaError(
+            f"{where} is duration, a (months, days, nanoseconds) triple of integers; got {value!r}"
+        )
+    months, days, nanos = cast("tuple[int, int, int]", value)
+    if not (-INT32 <= months < INT32 and -INT32 <= days < INT32 and -(2**63) <= nanos < 2**63):
+        raise SchemaError(f"{where}: duration {value!r} is out of range")
+    if not (min(value) >= 0 or max(value) <= 0):
+        raise SchemaError(f"{where}: a duration's parts must all have one sign; got {value!r}")
+    return months, days, nanos
+
+
+def _check_scalar(where: str, cql_type: str, value: object) -> object:
     if cql_type in INT_TYPES:
         bits = INT_TYPES[cql_type]
         if not isinstance(value, int) or isinstance(value, bool):
@@ -218,6 +554,16 @@ def check_type(where: str, cql_type: str, value: object) -> object:
         if not low <= value <= high:
             raise SchemaError(f"{where} is {cql_type}; {value} is out of range")
         return value
+    if cql_type in FLOAT_TYPES:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SchemaError(f"{where} is {cql_type}; got {type(value).__name__} {value!r}")
+        try:
+            real = float(value)
+        except OverflowError:
+            raise SchemaError(f"{where} is {cql_type}; {value} is out of range") from None
+        return to_binary32(real) if cql_type == "float" else real
+    if cql_type == "duration":
+        return _check_duration(where, value)
     if cql_type == "inet":
         try:
             return str(ipaddress.ip_address(str(value)))
@@ -250,7 +596,11 @@ def serialize(name: str, cql_type: str, value: object, table: str) -> bytes:
     where = f"{table}.{name}"
     if value is None:
         raise SchemaError(f"{where}: a partition key value cannot be null")
-    checked = check_type(where, cql_type, value)
+    checked = check_type(where, cql_type, value, key=True)
+    if cql_type == "float":
+        return struct.pack(">f", checked)
+    if cql_type == "double":
+        return struct.pack(">d", checked)
     if cql_type in TEXT_TYPES:
         assert isinstance(checked, str)
         return tokens.text_key(checked)
@@ -326,12 +676,23 @@ class Catalog:
     @staticmethod
     def from_mapping(spec: Mapping[str, Mapping[str, Sequence[Sequence[str]]]]) -> Catalog:
         """Tables from config (docs/sidecars.md): ``{"ks.t": {"partition_key": [[name, type]],
-        "clustering": [[name, type, "asc"|"desc"]], "columns": [...], "static": [...]}}``."""
+        "clustering": [[name, type, "asc"|"desc"]], "columns": [...], "static": [...]}}``;
+        an entry of ``fields`` alone, ``{"ks.address": {"fields": [[name, type], ...]}}``,
+        declares the user-defined type ``address`` of keyspace ``ks``."""
         catalog = Catalog()
+        udts: dict[str, dict[str, Sequence[Sequence[str]]]] = {}
         for qualified, table in spec.items():
             keyspace, _, name = qualified.partition(".")
             if not keyspace or not name:
                 raise SchemaError(f"table name {qualified!r} must be keyspace.table")
+            if "fields" in table:
+                if set(table) != {"fields"}:
+                    raise SchemaError(f"{qualified}: a user type has fields only")
+                udts.setdefault(keyspace, {})[name] = table["fields"]
+        for qualified, table in spec.items():
+            if "fields" in table:
+                continue
+            keyspace, _, name = qualified.partition(".")
             clustering = []
             for column in table.get("clustering", ()):
                 if len(column) not in (2, 3):
@@ -348,6 +709,7 @@ class Catalog:
                     tuple((c[0], c[1]) for c in table.get("columns", ())),
                     tuple(clustering),
                     tuple((c[0], c[1]) for c in table.get("static", ())),
+                    udts.get(keyspace, {}),
                 )
             )
         return catalog
@@ -400,7 +762,7 @@ def check_write(table: TableSchema, write: WriteOp) -> None:
             if index >= len(table.clustering):
                 raise SchemaError(f"{table.qualified}: a range past the last clustering column")
             name, cql_type, _ = table.clustering[index]
-            check_type(f"{table.qualified}.{name}", cql_type, bound.value)
+            check_type(f"{table.qualified}.{name}", cql_type, bound.value, key=True)
     if write.scope is WriteScope.STATIC and not write.delete:
         check_row(table, write.value, table.static)
     elif write.scope is WriteScope.ROW and not write.delete:
@@ -442,6 +804,8 @@ def _deserialize(cql_type: str, data: bytes) -> object:
         return int.from_bytes(data, "big") - 2**31
     if cql_type == "inet":
         return str(ipaddress.ip_address(data))
+    if cql_type in FLOAT_TYPES:
+        return struct.unpack(">f" if cql_type == "float" else ">d", data)[0]
     return int.from_bytes(data, "big", signed=True)
 
 

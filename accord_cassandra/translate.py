@@ -72,6 +72,7 @@ from accord import (
     Update,
 )
 from accord_cassandra.schema import (
+    FLOAT_TYPES,
     INT_TYPES,
     TEXT_TYPES,
     Catalog,
@@ -93,26 +94,44 @@ class RequestError(ValueError):
     """The client sent a request that cannot become a transaction."""
 
 
-def value_from_proto(value: pb.Value) -> object:
+def value_from_proto(value: pb.Value, depth: int = 0) -> object:
+    """A client value as the core's: ``elements`` (a collection, tuple, UDT or duration)
+    as a tuple, ``float64`` as a float."""
     kind = value.WhichOneof("kind")
     if kind is None or kind == "null":
         return None
+    if kind == "elements":
+        if depth >= MAX_EXPR_DEPTH:
+            raise RequestError(f"a value nested deeper than {MAX_EXPR_DEPTH}")
+        return tuple(value_from_proto(item, depth + 1) for item in value.elements.items)
     return getattr(value, kind)
 
 
-def value_to_proto(value: object) -> pb.Value:
+def value_to_proto(value: object, depth: int = 0) -> pb.Value:
+    """A value as the client API carries it; a client's list, tuple, set or frozenset
+    becomes ``elements`` (a set's in any order: the sidecar sorts it), a dict the
+    ``elements`` of its (key, value) entries."""
     if value is None:
         return pb.Value(null=True)
     if isinstance(value, bool):
         return pb.Value(boolean=value)
     if isinstance(value, int):
         return pb.Value(int=value)
+    if isinstance(value, float):
+        return pb.Value(float64=value)
     if isinstance(value, str):
         return pb.Value(text=value)
     if isinstance(value, bytes):
         return pb.Value(blob=value)
     if isinstance(value, uuid.UUID):
         return pb.Value(text=str(value))
+    if isinstance(value, dict):
+        value = tuple(value.items())
+    if isinstance(value, tuple | list | set | frozenset):
+        if depth >= MAX_EXPR_DEPTH:
+            raise RequestError(f"a value nested deeper than {MAX_EXPR_DEPTH}")
+        items = [value_to_proto(item, depth + 1) for item in value]
+        return pb.Value(elements=pb.ValueList(items=items))
     raise RequestError(f"no client representation for {type(value).__name__}")
 
 
@@ -194,7 +213,10 @@ class _Builder:
             if value is None:
                 raise RequestError(f"{where}: a bound on {table.qualified}.{name} cannot be null")
             out.append(
-                Bound(check_type(f"{table.qualified}.{name}", cql_type, value), bound.inclusive)
+                Bound(
+                    check_type(f"{table.qualified}.{name}", cql_type, value, key=True),
+                    bound.inclusive,
+                )
             )
         return out[0], out[1]
 
@@ -294,11 +316,31 @@ class _Builder:
             # Arithmetic on anything but integers would only fail at execution, after the
             # transaction committed; refuse it while the client can still fix it.
             left, left_type = self.expr(expr.binary.left, _widen(expected_type), where, depth + 1)
-            _check_integer_operand(expr.binary.left, left_type, op, where)
+            _check_number_operand(expr.binary.left, left_type, op, where)
+            _check_number_operand(expr.binary.right, None, op, where)
+            literal = _literal_type(expr.binary.right)
+            if left_type and literal and _family(left_type) != _family(literal):
+                raise RequestError(
+                    f"{where}: {op} of {left_type} and {_describe(expr.binary.right)}: "
+                    "integers and floats do not mix"
+                )
             right, right_type = self.expr(
                 expr.binary.right, _widen(left_type or expected_type), where, depth + 1
             )
-            _check_integer_operand(expr.binary.right, right_type, op, where)
+            _check_number_operand(expr.binary.right, right_type, op, where)
+            kinds = {
+                _family(t)
+                for t in (
+                    left_type or _literal_type(expr.binary.left),
+                    right_type or _literal_type(expr.binary.right),
+                )
+                if t is not None
+            }
+            if len(kinds) > 1:
+                # The core's + and - take two integers or two floats, never one of each.
+                raise RequestError(
+                    f"{where}: {op} of {left_type} and {right_type}: integers and floats do not mix"
+                )
             return BinOp("+" if op == "+" else "-", left, right), left_type or right_type
         raise RequestError(f"{where}: empty expression")
 
@@ -338,6 +380,13 @@ class _Builder:
                 f"{where}: cannot compare {left_type} with {right_type} "
                 f"({_describe(condition.right)})"
             )
+        if condition.op in ("<", "<=", ">", ">=") and any(
+            t is not None and not _ordered(t) for t in (left_type, right_type)
+        ):
+            raise RequestError(
+                f"{where}: {condition.op} does not order {left_type or right_type} values "
+                "(use = or !=)"
+            )
         return Predicate(condition.op, left, right)  # type: ignore[arg-type]
 
 
@@ -345,7 +394,8 @@ def _literal_type(expr: pb.Expr) -> str | None:
     """The CQL type a literal-only expression has by itself; None for null."""
     kind = expr.WhichOneof("kind")
     if kind == "binary":
-        return "bigint"  # + and - take integers only (_check_integer_operand)
+        # + and - take two integers or two floats (_check_number_operand).
+        return _literal_type(expr.binary.left) or _literal_type(expr.binary.right)
     if kind != "literal":
         return None
     value = value_from_proto(expr.literal)
@@ -355,10 +405,16 @@ def _literal_type(expr: pb.Expr) -> str | None:
         return "boolean"
     if isinstance(value, int):
         return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, tuple):
+        return "a tuple"
     return "text" if isinstance(value, str) else "blob"
 
 
 def _widen(cql_type: str | None) -> str | None:
+    if cql_type in FLOAT_TYPES:
+        return "double"  # computed in binary64; a float column rounds the result
     return "bigint" if cql_type in INT_TYPES else cql_type
 
 
@@ -379,14 +435,21 @@ def _describe(expr: pb.Expr) -> str:
     return "an empty expression"
 
 
-def _check_integer_operand(operand: pb.Expr, operand_type: str | None, op: str, where: str) -> None:
+def _check_number_operand(operand: pb.Expr, operand_type: str | None, op: str, where: str) -> None:
     kind = operand.WhichOneof("kind")
     if kind == "literal":
         value = value_from_proto(operand.literal)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise RequestError(f"{where}: {op} needs integers; got {value!r}")
-    elif kind == "column" and operand_type is not None and operand_type not in INT_TYPES:
-        raise RequestError(f"{where}: {op} needs integers; {_describe(operand)} is {operand_type}")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise RequestError(f"{where}: {op} needs integers or floats; got {value!r}")
+    elif (
+        kind == "column"
+        and operand_type is not None
+        and operand_type not in INT_TYPES
+        and operand_type not in FLOAT_TYPES
+    ):
+        raise RequestError(
+            f"{where}: {op} needs integers or floats; {_describe(operand)} is {operand_type}"
+        )
 
 
 class Translation(NamedTuple):
@@ -588,6 +651,9 @@ def _assignable(source: str, target: str, computed: bool) -> bool:
         return computed or INT_TYPES[source] <= INT_TYPES[target]
     if source in TEXT_TYPES and target in TEXT_TYPES:
         return target != "ascii" or source == "ascii"
+    if source in FLOAT_TYPES and target in FLOAT_TYPES:
+        # Every double fits a float column, rounded to binary32 as CQL rounds a literal.
+        return True
     return source == target
 
 
@@ -609,7 +675,15 @@ def _range_guards(expr: Expr, bits: int) -> tuple[Predicate, Predicate]:
 def _family(cql_type: str) -> str:
     if cql_type in INT_TYPES:
         return "int"
+    if cql_type in FLOAT_TYPES:
+        return "float"
     return "text" if cql_type in TEXT_TYPES else cql_type
+
+
+def _ordered(cql_type: str) -> bool:
+    """Whether ``<``/``>`` mean something for values of ``cql_type``: not for a collection,
+    tuple, UDT or duration (Cassandra has no such order)."""
+    return cql_type != "duration" and not cql_type.startswith(("frozen<", "tuple<", "a tuple"))
 
 
 def to_response(

@@ -28,9 +28,10 @@ executeAt) behind the simulator's, Maelstrom's and the embedded sidecar's data s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from accord.invariants import InvalidTransaction
 from accord.primitives.keys import Key
@@ -63,6 +64,18 @@ def _check_clustering(values: Clustering, what: str) -> None:
         raise InvalidTransaction(f"{what} has more than {MAX_CLUSTERING_COLUMNS} columns")
     if any(v is None for v in values):
         raise InvalidTransaction(f"{what} has a null clustering value")
+    if any(_odd_float(v) for v in values):
+        # Python's == and hash, which key the stored rows, call -0.0 and 0.0 one value and
+        # NaN none, where Cassandra's order (Double.compare) sees two and one.
+        raise InvalidTransaction(f"{what} holds NaN or -0.0, which cannot name a row")
+
+
+def _odd_float(value: Value) -> bool:
+    if type(value) is float:
+        return math.isnan(value) or (value == 0.0 and math.copysign(1.0, value) < 0)
+    if type(value) is tuple:
+        return any(_odd_float(item) for item in cast("tuple[object, ...]", value))
+    return False
 
 
 def _check_bounds(lower: Bound | None, upper: Bound | None) -> None:
@@ -138,21 +151,48 @@ class PartitionRead:
 
 
 def order_key(value: Value) -> tuple[object, ...]:
-    """A total, deterministic order over values: by kind (None, bool, int, str, bytes,
-    tuple), then naturally within a kind; tuples element by element."""
+    """A total, deterministic order over values: by kind (None, bool, int, float, str, bytes,
+    tuple), then naturally within a kind; tuples element by element.
+
+    Floats order as Java's ``Double.compare`` (Cassandra's order of float and double):
+    ``-inf < … < -0.0 < 0.0 < … < inf < NaN``, every NaN equal. So a value's order key is
+    equal to another's only when both are of one kind and equal, with ``-0.0`` and ``0.0``
+    apart and NaN equal to NaN: ``True``, ``1`` and ``1.0`` never meet.
+    """
+    kind = type(value)
     if value is None:
         return (0,)
-    if type(value) is bool:
+    if kind is bool:
         return (1, value)
-    if type(value) is int:
+    if kind is int:
         return (2, value)
-    if type(value) is str:
-        return (3, value)
-    if type(value) is bytes:
+    if kind is float:
+        number: float = value  # type: ignore[assignment]
+        if math.isnan(number):
+            return (3, 1, 0.0, 0.0)
+        return (3, 0, number, math.copysign(1.0, number))
+    if kind is str:
         return (4, value)
-    if type(value) is tuple:
-        return (5, tuple(order_key(item) for item in value))
-    return (6, type(value).__name__, repr(value))
+    if kind is bytes:
+        return (5, value)
+    if kind is tuple:
+        return (6, tuple(order_key(item) for item in cast("tuple[object, ...]", value)))
+    return (7, kind.__name__, repr(value))
+
+
+def same_value(left: Value, right: Value) -> bool:
+    """Type-strict equality, element by element inside tuples: ``True``, ``1`` and ``1.0``
+    are three different values (Python's ``==`` calls them equal). Floats compare as IEEE
+    754 does: ``-0.0`` equals ``0.0`` and NaN equals nothing."""
+    if type(left) is not type(right):
+        return False
+    if type(left) is tuple:
+        items = cast("tuple[object, ...]", left)
+        others = cast("tuple[object, ...]", right)
+        return len(items) == len(others) and all(
+            same_value(a, b) for a, b in zip(items, others, strict=True)
+        )
+    return bool(left == right)
 
 
 def value_size(value: Value) -> int:
@@ -160,7 +200,7 @@ def value_size(value: Value) -> int:
     its msgpack size, the same on every machine)."""
     if value is None or type(value) is bool:
         return 1
-    if type(value) is int:
+    if type(value) is int or type(value) is float:
         return 9
     if type(value) is str:
         return 5 + len(value.encode("utf-8", "surrogatepass"))
@@ -194,10 +234,10 @@ def _in_range(
 
 
 def _prefix_matches(clustering: Clustering, prefix: Clustering) -> bool:
-    # Equality is type-strict, as in predicates: 1 never matches True.
+    # Equality is type-strict, as in predicates: 1 never matches True nor 1.0.
     if len(clustering) < len(prefix):
         return False
-    return all(type(a) is type(b) and a == b for a, b in zip(clustering, prefix, strict=False))
+    return all(order_key(a) == order_key(b) for a, b in zip(clustering, prefix, strict=False))
 
 
 def in_slice(
@@ -256,9 +296,34 @@ class _Cell:
     expiry: int | None = None
 
 
+class _Rows:
+    """Cells by clustering key, told apart type-strictly (:func:`order_key`): Python's dict
+    would take ``(1,)``, ``(1.0,)`` and ``(True,)`` for one row."""
+
+    __slots__ = ("_cells",)
+
+    def __init__(self, items: Iterable[tuple[Clustering, _Cell]] = ()) -> None:
+        self._cells: dict[tuple[object, ...], tuple[Clustering, _Cell]] = {
+            order_key(ck): (ck, cell) for ck, cell in items
+        }
+
+    def get(self, clustering: Clustering) -> _Cell | None:
+        found = self._cells.get(order_key(clustering))
+        return None if found is None else found[1]
+
+    def __setitem__(self, clustering: Clustering, cell: _Cell) -> None:
+        self._cells[order_key(clustering)] = (clustering, cell)
+
+    def items(self) -> list[tuple[Clustering, _Cell]]:
+        return list(self._cells.values())
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+
 @dataclass(slots=True)
 class _Partition:
-    rows: dict[Clustering, _Cell] = field(default_factory=dict)
+    rows: _Rows = field(default_factory=_Rows)
     static: _Cell | None = None
     deleted: Timestamp | None = None
     ranges: list[tuple[Timestamp, Clustering, Bound | None, Bound | None]] = field(
@@ -319,18 +384,20 @@ class MemoryPartitions:
             if write.deletes_partition:
                 if part.deleted is None or part.deleted < execute_at:
                     part.deleted = execute_at
-                part.rows = {ck: cell for ck, cell in part.rows.items() if cell.stamp > execute_at}
+                part.rows = _Rows(
+                    (ck, cell) for ck, cell in part.rows.items() if cell.stamp > execute_at
+                )
                 if part.static is not None and part.static.stamp <= execute_at:
                     part.static = None
                 continue
             if write.scope is WriteScope.RANGE:
                 part.ranges.append((execute_at, write.clustering, write.lower, write.upper))
-                part.rows = {
-                    ck: cell
+                part.rows = _Rows(
+                    (ck, cell)
                     for ck, cell in part.rows.items()
                     if cell.stamp > execute_at
                     or not in_slice(ck, write.clustering, write.lower, write.upper)
-                }
+                )
                 continue
             value = None if write.delete else write.value
             expiry = expires_at(execute_at, write.ttl)

@@ -5,10 +5,14 @@ and writes whose values are expressions over read values. No Python callables ev
 so a transaction can be journaled, sent between replicas and re-executed by a recovery
 coordinator on another machine with exactly the same outcome.
 
-Values are ``None`` (absent), ``bool``, ``int``, ``str``, ``bytes``, or tuples of values
-(lists, for list-append). :func:`execute` is total: an expression that fails to evaluate
-(say ``"a" - 1``) yields a deterministic error result with no writes, never an exception
-that one replica raises and another does not.
+Values are ``None`` (absent), ``bool``, ``int`` (signed 64-bit), ``float`` (IEEE 754 binary64),
+``str``, ``bytes``, or tuples of values (lists, for list-append; also the forms a schema
+gives collections, tuples and durations). ``bool``, ``int`` and ``float`` are distinct:
+``True`` is not ``1`` and ``1`` is not ``1.0`` (:func:`~accord.primitives.rows.same_value`).
+Arithmetic takes two integers or two floats; float ``+`` and ``-`` are IEEE 754's,
+correctly rounded and so the same on every machine (docs/accord.md). :func:`execute` is
+total: an expression that fails to evaluate (say ``"a" - 1``) yields a deterministic error
+result with no writes, never an exception that one replica raises and another does not.
 
 A key's value is a partition (:mod:`accord.primitives.rows`): rows by clustering key and a
 static row. :class:`ReadOf`, :class:`Put` and :class:`Delete` address the row at clustering
@@ -27,6 +31,7 @@ the later in ``Update.writes`` order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -45,7 +50,10 @@ from accord.primitives.rows import (
     Value,
     _check_bounds,
     _check_clustering,
+    _odd_float,
+    order_key,
     read_results,
+    same_value,
 )
 from accord.primitives.timestamp import Kind
 
@@ -276,6 +284,8 @@ class WriteOp:
         if self.ttl is not None and self.delete:
             raise InvalidTransaction("a delete has no TTL")
         _check_ttl(self.ttl)
+        if any(_odd_float(v) for v in self.clustering):
+            raise InvalidTransaction("a write's clustering key holds NaN or -0.0")
 
     @property
     def deletes_partition(self) -> bool:
@@ -417,9 +427,15 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
                 f"concat needs lists, got {type(left).__name__} and {type(right).__name__}"
             )
         return (left or ()) + (right or ())
+    if type(left) is float and type(right) is float:
+        # IEEE 754 binary64, correctly rounded: the same result on every machine, but for
+        # a NaN's sign and payload (x86 and ARM differ), so a NaN result is the one NaN.
+        number = left + right if expr.op == "+" else left - right
+        return math.nan if math.isnan(number) else number
     if not _is_number(left) or not _is_number(right):
+        what = "two integers or two floats" if float in (type(left), type(right)) else "integers"
         raise _EvalError(
-            f"{expr.op} needs integers, got {type(left).__name__} and {type(right).__name__}"
+            f"{expr.op} needs {what}, got {type(left).__name__} and {type(right).__name__}"
         )
     assert isinstance(left, int) and isinstance(right, int)  # narrowed by _is_number
     value = left + right if expr.op == "+" else left - right
@@ -448,13 +464,16 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
         return left is not None
     assert predicate.right is not None  # checked in Predicate.__post_init__
     right = _evaluate(predicate.right, values)
-    # Equality is type-strict, so True never equals 1 and 1 never equals "1".
+    # Equality is type-strict, element by element, so True never equals 1 nor 1 equals 1.0.
     if predicate.op == "=":
-        return type(left) is type(right) and left == right
+        return same_value(left, right)
     if predicate.op == "!=":
-        return not (type(left) is type(right) and left == right)
+        return not same_value(left, right)
     if left is None or right is None or type(left) is not type(right):
         raise _EvalError(f"cannot order {type(left).__name__} against {type(right).__name__}")
+    if type(left) is tuple:
+        sign = _tuple_order(left, right)  # type: ignore[arg-type]
+        return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0}.get(predicate.op, sign >= 0)
     try:
         if predicate.op == "<":
             return bool(left < right)  # type: ignore[operator]
@@ -465,6 +484,24 @@ def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
         return bool(left >= right)  # type: ignore[operator]
     except TypeError as error:
         raise _EvalError(str(error)) from None
+
+
+def _tuple_order(left: tuple[Value, ...], right: tuple[Value, ...]) -> int:
+    """-1, 0 or 1: tuples element by element, then the shorter first. Each pair must be of
+    one kind, as for scalars (Python would order True against 1); floats inside a tuple
+    order by ``order_key`` (Double.compare), since Python's tuple comparison treats a NaN
+    as equal to itself only when it is the same object."""
+    for a, b in zip(left, right, strict=False):
+        if type(a) is not type(b):
+            raise _EvalError(f"cannot order {type(a).__name__} against {type(b).__name__}")
+        if type(a) is tuple:
+            sign = _tuple_order(a, b)  # type: ignore[arg-type]
+        else:
+            ka, kb = order_key(a), order_key(b)
+            sign = (ka > kb) - (ka < kb)
+        if sign:
+            return sign
+    return (len(left) > len(right)) - (len(left) < len(right))
 
 
 def _row_value(value: Value, what: str) -> Value:

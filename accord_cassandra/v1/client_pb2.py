@@ -24,47 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n accord_cassandra/v1/client.proto\x12\x13\x61\x63\x63ord_cassandra.v1\"a\n\x05Value\x12\x0e\n\x04null\x18\x01 \x01(\x08H\x00\x12\r\n\x03int\x18\x02 \x01(\x12H\x00\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12\x0e\n\x04\x62lob\x18\x04 \x01(\x0cH\x00\x12\x11\n\x07\x62oolean\x18\x05 \x01(\x08H\x00\x42\x06\n\x04kind\"\x8c\x01\n\x06RowRef\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05table\x18\x02 \x01(\t\x12\x31\n\rpartition_key\x18\x03 \x03(\x0b\x32\x1a.accord_cassandra.v1.Value\x12.\n\nclustering\x18\x04 \x03(\x0b\x32\x1a.accord_cassandra.v1.Value\"E\n\x05\x42ound\x12)\n\x05value\x18\x01 \x01(\x0b\x32\x1a.accord_cassandra.v1.Value\x12\x11\n\tinclusive\x18\x02 \x01(\x08\"\x8e\x01\n\x05Slice\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12)\n\x05lower\x18\x02 \x01(\x0b\x32\x1a.accord_cassandra.v1.Bound\x12)\n\x05upper\x18\x03 \x01(\x0b\x32\x1a.accord_cassandra.v1.Bound\x12\x10\n\x08reversed\x18\x04 \x01(\x08\x12\r\n\x05limit\x18\x05 \x01(\r\"h\n\x03Let\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x03row\x18\x02 \x01(\x0b\x32\x1b.accord_cassandra.v1.RowRef\x12)\n\x05slice\x18\x03 \x01(\x0b\x32\x1a.accord_cassandra.v1.Slice\"(\n\tColumnRef\x12\x0b\n\x03let\x18\x01 \x01(\t\x12\x0e\n\x06\x63olumn\x18\x02 \x01(\t\"k\n\nBinaryExpr\x12\n\n\x02op\x18\x01 \x01(\t\x12\'\n\x04left\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\x12(\n\x05right\x18\x03 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"\xc2\x01\n\x04\x45xpr\x12-\n\x07literal\x18\x01 \x01(\x0b\x32\x1a.accord_cassandra.v1.ValueH\x00\x12\x30\n\x06\x63olumn\x18\x02 \x01(\x0b\x32\x1e.accord_cassandra.v1.ColumnRefH\x00\x12\x31\n\x06\x62inary\x18\x03 \x01(\x0b\x32\x1f.accord_cassandra.v1.BinaryExprH\x00\x12\x0f\n\x05\x63ount\x18\x04 \x01(\tH\x00\x12\r\n\x03row\x18\x05 \x01(\tH\x00\x42\x06\n\x04kind\"j\n\tCondition\x12\n\n\x02op\x18\x01 \x01(\t\x12\'\n\x04left\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\x12(\n\x05right\x18\x03 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"F\n\nAssignment\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"\xda\x01\n\x08Mutation\x12(\n\x03row\x18\x01 \x01(\x0b\x32\x1b.accord_cassandra.v1.RowRef\x12-\n\x06upsert\x18\x02 \x01(\x0b\x32\x1b.accord_cassandra.v1.UpsertH\x00\x12\x10\n\x06\x64\x65lete\x18\x03 \x01(\x08H\x00\x12\x32\n\x0c\x64\x65lete_range\x18\x04 \x01(\x0b\x32\x1a.accord_cassandra.v1.SliceH\x00\x12\x1a\n\x10\x64\x65lete_partition\x18\x05 \x01(\x08H\x00\x12\x0b\n\x03ttl\x18\x06 \x01(\rB\x06\n\x04kind\"6\n\x06Upsert\x12,\n\x03set\x18\x01 \x03(\x0b\x32\x1f.accord_cassandra.v1.Assignment\"\x9f\x01\n\x0fTransactRequest\x12&\n\x04lets\x18\x01 \x03(\x0b\x32\x18.accord_cassandra.v1.Let\x12\x32\n\nconditions\x18\x02 \x03(\x0b\x32\x1e.accord_cassandra.v1.Condition\x12\x30\n\tmutations\x18\x03 \x03(\x0b\x32\x1d.accord_cassandra.v1.Mutation\"A\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.accord_cassandra.v1.Value\"8\n\x08SliceRow\x12,\n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x1b.accord_cassandra.v1.Column\"\x90\x01\n\x03Row\x12\x0b\n\x03let\x18\x01 \x01(\t\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12,\n\x07\x63olumns\x18\x03 \x03(\x0b\x32\x1b.accord_cassandra.v1.Column\x12\x10\n\x08is_slice\x18\x04 \x01(\x08\x12,\n\x05slice\x18\x05 \x03(\x0b\x32\x1d.accord_cassandra.v1.SliceRow\"j\n\x10TransactResponse\x12\x0e\n\x06txn_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.accord_cassandra.v1.Row\x12\r\n\x05\x65rror\x18\x04 \x01(\t2g\n\x0cTransactions\x12W\n\x08Transact\x12$.accord_cassandra.v1.TransactRequest\x1a%.accord_cassandra.v1.TransactResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n accord_cassandra/v1/client.proto\x12\x13\x61\x63\x63ord_cassandra.v1\"\xa8\x01\n\x05Value\x12\x0e\n\x04null\x18\x01 \x01(\x08H\x00\x12\r\n\x03int\x18\x02 \x01(\x12H\x00\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12\x0e\n\x04\x62lob\x18\x04 \x01(\x0cH\x00\x12\x11\n\x07\x62oolean\x18\x05 \x01(\x08H\x00\x12\x11\n\x07\x66loat64\x18\x06 \x01(\x01H\x00\x12\x32\n\x08\x65lements\x18\x07 \x01(\x0b\x32\x1e.accord_cassandra.v1.ValueListH\x00\x42\x06\n\x04kind\"6\n\tValueList\x12)\n\x05items\x18\x01 \x03(\x0b\x32\x1a.accord_cassandra.v1.Value\"\x8c\x01\n\x06RowRef\x12\x10\n\x08keyspace\x18\x01 \x01(\t\x12\r\n\x05table\x18\x02 \x01(\t\x12\x31\n\rpartition_key\x18\x03 \x03(\x0b\x32\x1a.accord_cassandra.v1.Value\x12.\n\nclustering\x18\x04 \x03(\x0b\x32\x1a.accord_cassandra.v1.Value\"E\n\x05\x42ound\x12)\n\x05value\x18\x01 \x01(\x0b\x32\x1a.accord_cassandra.v1.Value\x12\x11\n\tinclusive\x18\x02 \x01(\x08\"\x8e\x01\n\x05Slice\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12)\n\x05lower\x18\x02 \x01(\x0b\x32\x1a.accord_cassandra.v1.Bound\x12)\n\x05upper\x18\x03 \x01(\x0b\x32\x1a.accord_cassandra.v1.Bound\x12\x10\n\x08reversed\x18\x04 \x01(\x08\x12\r\n\x05limit\x18\x05 \x01(\r\"h\n\x03Let\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x03row\x18\x02 \x01(\x0b\x32\x1b.accord_cassandra.v1.RowRef\x12)\n\x05slice\x18\x03 \x01(\x0b\x32\x1a.accord_cassandra.v1.Slice\"(\n\tColumnRef\x12\x0b\n\x03let\x18\x01 \x01(\t\x12\x0e\n\x06\x63olumn\x18\x02 \x01(\t\"k\n\nBinaryExpr\x12\n\n\x02op\x18\x01 \x01(\t\x12\'\n\x04left\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\x12(\n\x05right\x18\x03 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"\xc2\x01\n\x04\x45xpr\x12-\n\x07literal\x18\x01 \x01(\x0b\x32\x1a.accord_cassandra.v1.ValueH\x00\x12\x30\n\x06\x63olumn\x18\x02 \x01(\x0b\x32\x1e.accord_cassandra.v1.ColumnRefH\x00\x12\x31\n\x06\x62inary\x18\x03 \x01(\x0b\x32\x1f.accord_cassandra.v1.BinaryExprH\x00\x12\x0f\n\x05\x63ount\x18\x04 \x01(\tH\x00\x12\r\n\x03row\x18\x05 \x01(\tH\x00\x42\x06\n\x04kind\"j\n\tCondition\x12\n\n\x02op\x18\x01 \x01(\t\x12\'\n\x04left\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\x12(\n\x05right\x18\x03 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"F\n\nAssignment\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.accord_cassandra.v1.Expr\"\xda\x01\n\x08Mutation\x12(\n\x03row\x18\x01 \x01(\x0b\x32\x1b.accord_cassandra.v1.RowRef\x12-\n\x06upsert\x18\x02 \x01(\x0b\x32\x1b.accord_cassandra.v1.UpsertH\x00\x12\x10\n\x06\x64\x65lete\x18\x03 \x01(\x08H\x00\x12\x32\n\x0c\x64\x65lete_range\x18\x04 \x01(\x0b\x32\x1a.accord_cassandra.v1.SliceH\x00\x12\x1a\n\x10\x64\x65lete_partition\x18\x05 \x01(\x08H\x00\x12\x0b\n\x03ttl\x18\x06 \x01(\rB\x06\n\x04kind\"6\n\x06Upsert\x12,\n\x03set\x18\x01 \x03(\x0b\x32\x1f.accord_cassandra.v1.Assignment\"\x9f\x01\n\x0fTransactRequest\x12&\n\x04lets\x18\x01 \x03(\x0b\x32\x18.accord_cassandra.v1.Let\x12\x32\n\nconditions\x18\x02 \x03(\x0b\x32\x1e.accord_cassandra.v1.Condition\x12\x30\n\tmutations\x18\x03 \x03(\x0b\x32\x1d.accord_cassandra.v1.Mutation\"A\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.accord_cassandra.v1.Value\"8\n\x08SliceRow\x12,\n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x1b.accord_cassandra.v1.Column\"\x90\x01\n\x03Row\x12\x0b\n\x03let\x18\x01 \x01(\t\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12,\n\x07\x63olumns\x18\x03 \x03(\x0b\x32\x1b.accord_cassandra.v1.Column\x12\x10\n\x08is_slice\x18\x04 \x01(\x08\x12,\n\x05slice\x18\x05 \x03(\x0b\x32\x1d.accord_cassandra.v1.SliceRow\"j\n\x10TransactResponse\x12\x0e\n\x06txn_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.accord_cassandra.v1.Row\x12\r\n\x05\x65rror\x18\x04 \x01(\t2g\n\x0cTransactions\x12W\n\x08Transact\x12$.accord_cassandra.v1.TransactRequest\x1a%.accord_cassandra.v1.TransactResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accord_cassandra.v1.client_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VALUE']._serialized_start=57
-  _globals['_VALUE']._serialized_end=154
-  _globals['_ROWREF']._serialized_start=157
-  _globals['_ROWREF']._serialized_end=297
-  _globals['_BOUND']._serialized_start=299
-  _globals['_BOUND']._serialized_end=368
-  _globals['_SLICE']._serialized_start=371
-  _globals['_SLICE']._serialized_end=513
-  _globals['_LET']._serialized_start=515
-  _globals['_LET']._serialized_end=619
-  _globals['_COLUMNREF']._serialized_start=621
-  _globals['_COLUMNREF']._serialized_end=661
-  _globals['_BINARYEXPR']._serialized_start=663
-  _globals['_BINARYEXPR']._serialized_end=770
-  _globals['_EXPR']._serialized_start=773
-  _globals['_EXPR']._serialized_end=967
-  _globals['_CONDITION']._serialized_start=969
-  _globals['_CONDITION']._serialized_end=1075
-  _globals['_ASSIGNMENT']._serialized_start=1077
-  _globals['_ASSIGNMENT']._serialized_end=1147
-  _globals['_MUTATION']._serialized_start=1150
-  _globals['_MUTATION']._serialized_end=1368
-  _globals['_UPSERT']._serialized_start=1370
-  _globals['_UPSERT']._serialized_end=1424
-  _globals['_TRANSACTREQUEST']._serialized_start=1427
-  _globals['_TRANSACTREQUEST']._serialized_end=1586
-  _globals['_COLUMN']._serialized_start=1588
-  _globals['_COLUMN']._serialized_end=1653
-  _globals['_SLICEROW']._serialized_start=1655
-  _globals['_SLICEROW']._serialized_end=1711
-  _globals['_ROW']._serialized_start=1714
-  _globals['_ROW']._serialized_end=1858
-  _globals['_TRANSACTRESPONSE']._serialized_start=1860
-  _globals['_TRANSACTRESPONSE']._serialized_end=1966
-  _globals['_TRANSACTIONS']._serialized_start=1968
-  _globals['_TRANSACTIONS']._serialized_end=2071
+  _globals['_VALUE']._serialized_start=58
+  _globals['_VALUE']._serialized_end=226
+  _globals['_VALUELIST']._serialized_start=228
+  _globals['_VALUELIST']._serialized_end=282
+  _globals['_ROWREF']._serialized_start=285
+  _globals['_ROWREF']._serialized_end=425
+  _globals['_BOUND']._serialized_start=427
+  _globals['_BOUND']._serialized_end=496
+  _globals['_SLICE']._serialized_start=499
+  _globals['_SLICE']._serialized_end=641
+  _globals['_LET']._serialized_start=643
+  _globals['_LET']._serialized_end=747
+  _globals['_COLUMNREF']._serialized_start=749
+  _globals['_COLUMNREF']._serialized_end=789
+  _globals['_BINARYEXPR']._serialized_start=791
+  _globals['_BINARYEXPR']._serialized_end=898
+  _globals['_EXPR']._serialized_start=901
+  _globals['_EXPR']._serialized_end=1095
+  _globals['_CONDITION']._serialized_start=1097
+  _globals['_CONDITION']._serialized_end=1203
+  _globals['_ASSIGNMENT']._serialized_start=1205
+  _globals['_ASSIGNMENT']._serialized_end=1275
+  _globals['_MUTATION']._serialized_start=1278
+  _globals['_MUTATION']._serialized_end=1496
+  _globals['_UPSERT']._serialized_start=1498
+  _globals['_UPSERT']._serialized_end=1552
+  _globals['_TRANSACTREQUEST']._serialized_start=1555
+  _globals['_TRANSACTREQUEST']._serialized_end=1714
+  _globals['_COLUMN']._serialized_start=1716
+  _globals['_COLUMN']._serialized_end=1781
+  _globals['_SLICEROW']._serialized_start=1783
+  _globals['_SLICEROW']._serialized_end=1839
+  _globals['_ROW']._serialized_start=1842
+  _globals['_ROW']._serialized_end=1986
+  _globals['_TRANSACTRESPONSE']._serialized_start=1988
+  _globals['_TRANSACTRESPONSE']._serialized_end=2094
+  _globals['_TRANSACTIONS']._serialized_start=2096
+  _globals['_TRANSACTIONS']._serialized_end=2199
 # @@protoc_insertion_point(module_scope)

@@ -42,6 +42,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class Value(_message.Message):
+    """One CQL value (docs/sidecars.md, "Data model and limits", lists each type's form)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NULL_FIELD_NUMBER: _builtins.int
@@ -49,14 +51,26 @@ class Value(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     BLOB_FIELD_NUMBER: _builtins.int
     BOOLEAN_FIELD_NUMBER: _builtins.int
+    FLOAT64_FIELD_NUMBER: _builtins.int
+    ELEMENTS_FIELD_NUMBER: _builtins.int
     null: _builtins.bool
     """the value is absent (CQL null); set to true"""
     int: _builtins.int
-    """int, bigint, smallint, tinyint, counter"""
+    """int, bigint, smallint, tinyint, varint, timestamp, date, time"""
     text: _builtins.str
-    """text, varchar, ascii"""
+    """text, varchar, ascii; uuid, timeuuid, inet, decimal as text"""
     blob: _builtins.bytes
     boolean: _builtins.bool
+    float64: _builtins.float
+    """double; float (rounded to binary32 by the sidecar)"""
+    @_builtins.property
+    def elements(self) -> Global___ValueList:
+        """frozen list and set: the elements (a set's in any order; they come back sorted);
+        frozen map: its entries, each a ValueList of key and value (sorted by key);
+        tuple and frozen UDT: every field in order (null for a null field);
+        duration: months, days, nanoseconds.
+        """
+
     def __init__(
         self,
         *,
@@ -65,16 +79,38 @@ class Value(_message.Message):
         text: _builtins.str = ...,
         blob: _builtins.bytes = ...,
         boolean: _builtins.bool = ...,
+        float64: _builtins.float = ...,
+        elements: Global___ValueList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "boolean", b"boolean", "int", b"int", "kind", b"kind", "null", b"null", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "boolean", b"boolean", "elements", b"elements", "float64", b"float64", "int", b"int", "kind", b"kind", "null", b"null", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "boolean", b"boolean", "int", b"int", "kind", b"kind", "null", b"null", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "boolean", b"boolean", "elements", b"elements", "float64", b"float64", "int", b"int", "kind", b"kind", "null", b"null", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["null", "int", "text", "blob", "boolean"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["null", "int", "text", "blob", "boolean", "float64", "elements"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Value: _TypeAlias = Value  # noqa: Y015
+
+@_typing.final
+class ValueList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___Value] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValueList: _TypeAlias = ValueList  # noqa: Y015
 
 @_typing.final
 class RowRef(_message.Message):

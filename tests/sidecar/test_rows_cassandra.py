@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
+import random
+import struct
 import time
+import uuid
+from typing import Any
 
 import pytest
 from cassandra import ConsistencyLevel
@@ -29,6 +34,7 @@ from accord_cassandra.datastore import (
     MemoryDataStore,
     tables_from_cluster,
 )
+from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.schema import Catalog
 from tests.sidecar.conftest import CassandraSidecars, log_tails
 from tests.sidecar.ledger import Ledger
@@ -363,3 +369,146 @@ def test_the_saga_stores_nine_tables_in_one_transaction(
     with Client(sidecars.addresses()[1], timeout=30) as client:
         read = write_and_read_all_nine(client, sidecars.keyspace)
     assert len(read) == 9
+
+
+# ---------------------------------------------------------------------------- value types
+
+TYPED_SCHEMA = [
+    "CREATE TYPE {ks}.addr (street text, zip int, tags frozen<list<text>>)",
+    # Every composite and float type as a regular column, beside a double partition key.
+    "CREATE TABLE {ks}.shapes (p double, c int, f float, d double, span duration, "
+    "l frozen<list<int>>, s frozen<set<text>>, m frozen<map<text, frozen<list<float>>>>, "
+    "t tuple<int, text, double>, a frozen<addr>, fs frozen<set<float>>, "
+    "PRIMARY KEY (p, c))",
+    # Composite clustering columns, in both orders: rows must sort as Cassandra sorts them.
+    "CREATE TABLE {ks}.ordered (p text, l frozen<list<int>>, t tuple<int, text>, "
+    "s frozen<set<bigint>>, m frozen<map<int, text>>, a frozen<addr>, x double, y float, "
+    "v int, PRIMARY KEY (p, l, t, s, m, a, x, y)) WITH CLUSTERING ORDER BY "
+    "(l ASC, t DESC, s ASC, m DESC, a ASC, x DESC, y ASC)",
+    "CREATE TABLE {ks}.floats (p float PRIMARY KEY, v int)",
+]
+
+
+def _typed_tables(cassandra_node: CassandraHandle) -> tuple[Any, Catalog, str]:
+    session = cassandra_node.connect()
+    ks = f"types_{uuid.uuid4().hex[:8]}"
+    session.execute(
+        f"CREATE KEYSPACE {ks} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        timeout=60,
+    )
+    for statement in TYPED_SCHEMA:
+        session.execute(statement.format(ks=ks), timeout=60)
+    session.cluster.refresh_schema_metadata()
+    unusable: dict[str, str] = {}
+    catalog = Catalog(tables_from_cluster(session.cluster.metadata, [ks], unusable))
+    assert unusable == {}
+    return session, catalog, ks
+
+
+# A value of each regular column of ks.shapes: 0.1 in the float column is not a binary32, as
+# a value computed in binary64 (r.d + 0.1) would not be; both stores must round it alike.
+SHAPE_COLUMNS = ("f", "d", "span", "l", "s", "m", "t", "a", "fs")
+SHAPE_ROWS = [
+    (
+        0.1,
+        -1.5,
+        (14, 2, 3_000_000_007),
+        (3, 1, 2),
+        ("b", "a", "é"),
+        (("z", (0.1, -2.0)), ("a", ())),
+        (7, None, float("inf")),
+        ("Main St", None, ("x", "y")),
+        (-1.0, 0.0, 2.5e38),
+    ),
+    (float("nan"), -0.0, (-1, 0, -5), (), (), (), (None, None, None), (None, 1, ()), ()),
+    (None, 5e-324, None, None, None, None, None, None, None),
+]
+
+
+def test_every_value_type_reads_back_alike_from_cassandra_and_memory(
+    cassandra_node: CassandraHandle,
+) -> None:
+    session, catalog, ks = _typed_tables(cassandra_node)
+    table = catalog.table(ks, "shapes")
+    cassandra = CassandraDataStore(session, catalog)
+    memory = MemoryDataStore(catalog)
+    key = table.key([-2.75])
+    order = [SHAPE_COLUMNS.index(name) for name, _ in table.columns]
+    rows = [tuple(row[i] for i in order) for row in SHAPE_ROWS]
+    writes = [WriteOp(key, row, clustering=(i,)) for i, row in enumerate(rows)]
+
+    async def run() -> tuple[object, object]:
+        stamp = _stamp()
+        await cassandra.write(writes, stamp)
+        await memory.write(writes, stamp)
+        when = _stamp()
+        return (
+            (await cassandra.read([Slice(key)], when))[key].get(Slice(key)),
+            (await memory.read([Slice(key)], when))[key].get(Slice(key)),
+        )
+
+    from_cassandra, from_memory = asyncio.run(run())
+    assert repr(from_cassandra) == repr(from_memory)  # repr: NaN, -0.0 and types compared too
+    assert isinstance(from_cassandra, tuple) and len(from_cassandra) == len(SHAPE_ROWS)
+    first = dict(zip([name for name, _ in table.columns], from_cassandra[0][1], strict=True))
+    assert first["f"] == struct.unpack(">f", struct.pack(">f", 0.1))[0] != 0.1
+    assert first["s"] == ("a", "b", "é")  # a set's elements sorted, as Cassandra sorts text
+    assert first["m"] == (("a", ()), ("z", (first["f"], -2.0)))
+    assert first["fs"] == (-1.0, 0.0, struct.unpack(">f", struct.pack(">f", 2.5e38))[0])
+    # The double partition key is Cassandra's own: its token matches.
+    token = session.execute(f"SELECT token(p) FROM {ks}.shapes WHERE p = -2.75").one()[0]
+    assert token == key.token
+    floats = catalog.table(ks, "floats").key([0.1])  # rounded to binary32 like the column
+    session.execute(f"INSERT INTO {ks}.floats (p, v) VALUES (0.1, 1)")
+    token = session.execute(f"SELECT token(p) FROM {ks}.floats WHERE p = 0.1").one()[0]
+    assert token == floats.token
+    cassandra_node.drop_keyspace(session, ks)
+
+
+def test_composite_clustering_columns_sort_as_cassandra_sorts_them(
+    cassandra_node: CassandraHandle,
+) -> None:
+    session, catalog, ks = _typed_tables(cassandra_node)
+    table = catalog.table(ks, "ordered")
+    cassandra = CassandraDataStore(session, catalog)
+    memory = MemoryDataStore(catalog)
+    key = table.key(["p"])
+    rng = random.Random(20261201)
+    texts = ["", "a", "ab", "b", "é", "z"]
+    writes = []
+    seen: set[str] = set()
+    while len(writes) < 60:
+        raw = [
+            [rng.randint(-2, 2) for _ in range(rng.randint(0, 2))],
+            (rng.randint(-1, 1), rng.choice(texts)),
+            tuple({rng.randint(-3, 3) for _ in range(rng.randint(0, 2))}),
+            tuple({rng.randint(0, 2): rng.choice(texts) for _ in range(rng.randint(0, 2))}.items()),
+            (rng.choice(texts), rng.choice([None, -1, 1]), tuple(rng.sample(texts, 1))),
+            rng.choice([-math.inf, -1.5, -1e-300, 0.0, 1e-300, 2.0, math.inf]),
+            rng.choice([-1.5, 0.0, 0.25, 3.0]),
+        ]
+        clustering = table.check_clustering(raw, full=True)
+        if repr(clustering) in seen:
+            continue
+        seen.add(repr(clustering))
+        writes.append(WriteOp(key, (len(writes),), clustering=clustering))
+    forward, backward = Slice(key), Slice(key, reverse=True, limit=25)
+    prefix = writes[0].clustering[:2]
+    narrowed = Slice(key, prefix, Bound((0,), True), None)  # on s, a frozen set
+
+    async def run(store: CassandraDataStore | MemoryDataStore) -> list[object]:
+        read = await store.read([forward, backward, narrowed], _stamp())
+        return [read[key].get(s) for s in (forward, backward, narrowed)]
+
+    async def both() -> tuple[list[object], list[object]]:
+        stamp = _stamp()
+        await cassandra.write(writes, stamp)
+        await memory.write(writes, stamp)
+        return await run(cassandra), await run(memory)
+
+    from_cassandra, from_memory = asyncio.run(both())
+    assert repr(from_cassandra) == repr(from_memory)
+    rows = from_cassandra[0]
+    assert isinstance(rows, tuple) and len(rows) == len(writes)
+    cassandra_node.drop_keyspace(session, ks)

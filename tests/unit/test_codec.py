@@ -199,6 +199,7 @@ def test_journal_records_round_trip_exactly(record: CommandSnapshot | HlcFloor |
         ((),),
         (None,),
         (True, 1, "1", b"1", (1,)),
+        (1.0, -0.0, float("inf"), 1e-310, (0.1, (2.5,))),
         ("a", b"a", ("a", (b"a",))),
     ],
     ids=repr,
@@ -208,7 +209,7 @@ def test_values_keep_their_exact_types(value: object) -> None:
 
 
 def test_confusable_values_encode_differently() -> None:
-    confusable = [True, 1, "1", b"1", (1,), (True,), ("1",), (b"1",), None, ()]
+    confusable = [True, 1, 1.0, "1", b"1", (1,), (True,), (1.0,), ("1",), (b"1",), None, ()]
     encodings = {encode_message(read_ok(v)) for v in confusable}
     assert len(encodings) == len(confusable)
 
@@ -339,7 +340,7 @@ def test_oversize_output_is_refused() -> None:
     ("value", "problem"),
     [
         ([1], "list is not a value"),
-        (1.5, "float is not a value"),
+        (1.5j, "complex is not a value"),
         ({"a": 1}, "dict is not a value"),
         (frozenset(), "frozenset is not a value"),
         (bytearray(b"x"), "bytearray is not a value"),

@@ -413,7 +413,7 @@ WROTE = (WriteOp(C, "w"),)
         (when(cond("<", RA, K(5))), {}, (), False, "cannot order NoneType against int"),
         (when(cond("<", RA, K(5))), {A: "5"}, (), False, "cannot order str against int"),
         (when(cond(">=", RA, K(1))), {A: True}, (), False, "cannot order bool against int"),
-        (when(cond("<", RA, K((1,)))), {A: ("x",)}, (), False, "not supported"),
+        (when(cond("<", RA, K((1,)))), {A: ("x",)}, (), False, "cannot order str against int"),
         # Writes: arithmetic, concatenation, defaults, deletes.
         (compute(op("+", ReadOf(A, 0), K(1))), {}, (WriteOp(C, 1),), True, None),
         (compute(op("+", RA, K(1))), {A: 41}, (WriteOp(C, 42),), True, None),
