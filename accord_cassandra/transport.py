@@ -65,6 +65,7 @@ MAX_AGE_SECONDS = 2.0
 @dataclass
 class TransportMetrics:
     sent: int = 0
+    batches_sent: int = 0
     dropped: int = 0
     expired: int = 0
     failed_batches: int = 0
@@ -229,6 +230,7 @@ class PeerSender:
         try:
             await self.stub.Deliver(request, timeout=DELIVER_DEADLINE_SECONDS)
             self.metrics.sent += len(batch)
+            self.metrics.batches_sent += 1
             self._backoff = 0.05
         except grpc.aio.AioRpcError as error:
             self.metrics.failed_batches += 1
