@@ -358,6 +358,7 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
 
     settings = config.cassandra
     auth = (
@@ -375,7 +376,12 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
             DCAwareRoundRobinPolicy(local_dc=settings.local_datacenter)
         ),
     )
-    return cluster, cluster.connect()
+    session = cluster.connect()
+    # Rows as plain tuples: the store reads columns by position, and the driver's default
+    # (named tuples) builds a namedtuple class for every result it decodes, which showed in
+    # a saturated sidecar's profile.
+    session.row_factory = tuple_factory
+    return cluster, session
 
 
 def node_config(config: SidecarConfig) -> NodeConfig:
