@@ -239,6 +239,23 @@ def _add_raw_unary(
     )
 
 
+def _add_raw_stream_unary(
+    server: grpc.aio.Server,
+    service: str,
+    method: str,
+    behaviour: Any,
+    serialize: Any,
+) -> None:
+    """Register a client-streaming method whose requests arrive as raw bytes (as
+    :func:`_add_raw_unary`, for each message of the stream)."""
+    handler = grpc.stream_unary_rpc_method_handler(
+        behaviour, request_deserializer=None, response_serializer=serialize
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
+
+
 def _channel_factory(config: SidecarConfig) -> Any:
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
     if config.peer_listen is not None:
@@ -578,13 +595,21 @@ class Sidecar:
             admission=admission_control(config),
             bugs=Bugs(**dict.fromkeys(config.planted_bugs, True)),
         )
+        peer_servicer = PeerServicer(
+            config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
+        )
         _add_raw_unary(
             peer_server,
             PEER_SERVICE_NAME,
             "Deliver",
-            PeerServicer(
-                config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
-            ).Deliver,
+            peer_servicer.Deliver,
+            peer_pb2.PeerAck.SerializeToString,
+        )
+        _add_raw_stream_unary(
+            peer_server,
+            PEER_SERVICE_NAME,
+            "Stream",
+            peer_servicer.Stream,
             peer_pb2.PeerAck.SerializeToString,
         )
         _add_raw_unary(
