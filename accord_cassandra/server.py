@@ -26,7 +26,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord import Const, Key, MakeTuple, NodeConfig, Put, Topology, ring_topology
 from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
@@ -424,6 +424,10 @@ def admission_control(config: SidecarConfig) -> Admission:
     )
 
 
+# Bound on the keys peer_data_check remembers as good (then it starts over).
+KNOWN_KEYS_MAX = 65_536
+
+
 def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
     """Refuse peer messages whose keys or written rows the store could never take.
 
@@ -431,13 +435,22 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
     and every transaction on its key would wait behind it.
     """
 
+    # Keys already found good: a key's check (its table, its token recomputed from its
+    # partition key) is pure, and every message of a transaction names the same keys again.
+    known: set[Key] = set()
+
     def check(envelope: Envelope) -> None:
         body = envelope.body
         txn = getattr(body, "txn", None)
         route = getattr(body, "route", None)
         try:
             for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
+                if key in known:
+                    continue
                 check_key(catalog, key)
+                if len(known) >= KNOWN_KEYS_MAX:
+                    known.clear()
+                known.add(key)
             for put in txn.update.writes if txn and txn.update else ():
                 check_txn_write(catalog, put)
                 if isinstance(put, Put) and isinstance(put.value, MakeTuple):
