@@ -54,6 +54,7 @@ from accord_cassandra.ports import (
 from accord_cassandra.schema import (
     Catalog,
     SchemaError,
+    TableSchema,
     check_key,
     check_txn_write,
     check_type,
@@ -439,18 +440,22 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
     # partition key) is pure, and every message of a transaction names the same keys again.
     known: set[Key] = set()
 
+    def table_of(key: Key) -> TableSchema:
+        if key in known:
+            return catalog.for_key(key)
+        table = check_key(catalog, key)
+        if len(known) >= KNOWN_KEYS_MAX:
+            known.clear()
+        known.add(key)
+        return table
+
     def check(envelope: Envelope) -> None:
         body = envelope.body
         txn = getattr(body, "txn", None)
         route = getattr(body, "route", None)
         try:
             for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
-                if key in known:
-                    continue
-                check_key(catalog, key)
-                if len(known) >= KNOWN_KEYS_MAX:
-                    known.clear()
-                known.add(key)
+                table_of(key)
             for put in txn.update.writes if txn and txn.update else ():
                 check_txn_write(catalog, put)
                 if isinstance(put, Put) and isinstance(put.value, MakeTuple):
@@ -461,7 +466,7 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                         if isinstance(item, Const):
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
-                check_write(check_key(catalog, write.key), write)
+                check_write(table_of(write.key), write)
                 if write.ttl is not None and catalog.ttl_refused is not None:
                     raise SchemaError(catalog.ttl_refused)
         except SchemaError as error:
