@@ -114,6 +114,13 @@ async def _run(args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str)
                 raise LoadError(error.code) from None
             return answer.applied
 
+        if args.idle:
+            # What the sidecars burn doing nothing (ticks, drivers, gRPC): at low op/s it is
+            # a large part of any CPU-per-transaction figure.
+            idle_before = cpu_seconds(pids)
+            await asyncio.sleep(args.idle)
+            idle = cpu_seconds(pids) - idle_before
+            print(f"idle: {1000 * idle / args.idle:.1f} ms CPU per second, 3 sidecars together")
         note(f"warm-up {args.warmup:g} s")
         await closed_loop_calls(call, inflight=args.inflight, seconds=args.warmup)
         writes_before = await _settled_store_writes(metrics)
@@ -192,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy", metavar="DIR", help="sample the sidecars into DIR")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument(
+        "--recover-delay-ms", type=int, default=0, help="sidecars' timing.recover_delay_ms"
+    )
+    parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     args = parser.parse_args(argv)
     if args.py_spy:
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
@@ -220,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                         "port": cassandra.native_port,
                         "keyspaces": [keyspace],
                     },
+                    extra=(
+                        {"timing": {"recover_delay_ms": args.recover_delay_ms}}
+                        if args.recover_delay_ms
+                        else {}
+                    ),
                 )
                 started = time.monotonic()
                 with sidecars:
