@@ -105,6 +105,18 @@ class SidecarCollector(Collector):
         yield _counter(
             "accord_peer_messages_dropped", "Peer messages dropped", peers.metrics.dropped
         )
+        yield _counter("accord_peer_messages_sent", "Peer messages delivered", peers.metrics.sent)
+        yield _counter(
+            "accord_peer_batches_sent",
+            "Peer batches delivered (Deliver calls)",
+            peers.metrics.batches_sent,
+        )
+        yield _counter(
+            "accord_peer_messages_received", "Peer messages accepted", peers.metrics.received
+        )
+        yield _counter(
+            "accord_host_batches", "Ready batches the pump carried out", host.metrics.batches
+        )
         yield _counter(
             "accord_peer_messages_expired",
             "Peer messages dropped unsent after waiting too long in a queue",

@@ -26,7 +26,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from accord import Const, MakeTuple, NodeConfig, Put, Topology, ring_topology
+from accord import Const, Key, MakeTuple, NodeConfig, Put, Topology, ring_topology
 from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
@@ -54,6 +54,7 @@ from accord_cassandra.ports import (
 from accord_cassandra.schema import (
     Catalog,
     SchemaError,
+    TableSchema,
     check_key,
     check_txn_write,
     check_type,
@@ -239,6 +240,23 @@ def _add_raw_unary(
     )
 
 
+def _add_raw_stream_unary(
+    server: grpc.aio.Server,
+    service: str,
+    method: str,
+    behaviour: Any,
+    serialize: Any,
+) -> None:
+    """Register a client-streaming method whose requests arrive as raw bytes (as
+    :func:`_add_raw_unary`, for each message of the stream)."""
+    handler = grpc.stream_unary_rpc_method_handler(
+        behaviour, request_deserializer=None, response_serializer=serialize
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
+
+
 def _channel_factory(config: SidecarConfig) -> Any:
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
     if config.peer_listen is not None:
@@ -358,6 +376,7 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
 
     settings = config.cassandra
     auth = (
@@ -375,7 +394,12 @@ def _connect_cassandra(config: SidecarConfig) -> Any:
             DCAwareRoundRobinPolicy(local_dc=settings.local_datacenter)
         ),
     )
-    return cluster, cluster.connect()
+    session = cluster.connect()
+    # Rows as plain tuples: the store reads columns by position, and the driver's default
+    # (named tuples) builds a namedtuple class for every result it decodes, which showed in
+    # a saturated sidecar's profile.
+    session.row_factory = tuple_factory
+    return cluster, session
 
 
 def node_config(config: SidecarConfig) -> NodeConfig:
@@ -401,6 +425,10 @@ def admission_control(config: SidecarConfig) -> Admission:
     )
 
 
+# Bound on the keys peer_data_check remembers as good (then it starts over).
+KNOWN_KEYS_MAX = 65_536
+
+
 def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
     """Refuse peer messages whose keys or written rows the store could never take.
 
@@ -408,13 +436,26 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
     and every transaction on its key would wait behind it.
     """
 
+    # Keys already found good: a key's check (its table, its token recomputed from its
+    # partition key) is pure, and every message of a transaction names the same keys again.
+    known: set[Key] = set()
+
+    def table_of(key: Key) -> TableSchema:
+        if key in known:
+            return catalog.for_key(key)
+        table = check_key(catalog, key)
+        if len(known) >= KNOWN_KEYS_MAX:
+            known.clear()
+        known.add(key)
+        return table
+
     def check(envelope: Envelope) -> None:
         body = envelope.body
         txn = getattr(body, "txn", None)
         route = getattr(body, "route", None)
         try:
             for key in {*(txn.keys if txn else ()), *(route.keys if route else ())}:
-                check_key(catalog, key)
+                table_of(key)
             for put in txn.update.writes if txn and txn.update else ():
                 check_txn_write(catalog, put)
                 if isinstance(put, Put) and isinstance(put.value, MakeTuple):
@@ -425,7 +466,7 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                         if isinstance(item, Const):
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
-                check_write(check_key(catalog, write.key), write)
+                check_write(table_of(write.key), write)
                 if write.ttl is not None and catalog.ttl_refused is not None:
                     raise SchemaError(catalog.ttl_refused)
         except SchemaError as error:
@@ -572,13 +613,21 @@ class Sidecar:
             admission=admission_control(config),
             bugs=Bugs(**dict.fromkeys(config.planted_bugs, True)),
         )
+        peer_servicer = PeerServicer(
+            config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
+        )
         _add_raw_unary(
             peer_server,
             PEER_SERVICE_NAME,
             "Deliver",
-            PeerServicer(
-                config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
-            ).Deliver,
+            peer_servicer.Deliver,
+            peer_pb2.PeerAck.SerializeToString,
+        )
+        _add_raw_stream_unary(
+            peer_server,
+            PEER_SERVICE_NAME,
+            "Stream",
+            peer_servicer.Stream,
             peer_pb2.PeerAck.SerializeToString,
         )
         _add_raw_unary(

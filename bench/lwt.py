@@ -79,4 +79,17 @@ def _resolve(future: asyncio.Future[bool], applied: bool, error: BaseException |
     if error is None:
         future.set_result(applied)
     else:
-        future.set_exception(LoadError(type(error).__name__))
+        future.set_exception(LoadError(error_code(error)))
+
+
+def error_code(error: BaseException) -> str:
+    """The exception's class name; a WriteTimeout also names its write type: for an LWT,
+    ``WriteTimeout(CAS)`` is Paxos giving up (contention past ``cas_contention_timeout``, or
+    no quorum in time), an outcome the client cannot know."""
+    name = type(error).__name__
+    write_type = getattr(error, "write_type", None)
+    if write_type is None:
+        return name
+    from cassandra import WriteType
+
+    return f"{name}({WriteType.value_to_name.get(write_type, write_type)})"

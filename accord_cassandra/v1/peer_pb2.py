@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61\x63\x63ord_cassandra/v1/peer.proto\x12\x13\x61\x63\x63ord_cassandra.v1\"\xb5\x01\n\tPeerBatch\x12\x15\n\rcodec_version\x18\x01 \x01(\r\x12\x0e\n\x06source\x18\x02 \x01(\r\x12\x10\n\x08payloads\x18\x03 \x03(\x0c\x12\x13\n\x0b\x64\x65stination\x18\x04 \x01(\r\x12\x13\n\x0bincarnation\x18\x05 \x01(\x04\x12\x10\n\x08sequence\x18\x06 \x01(\x04\x12\x16\n\x0esent_at_micros\x18\x07 \x01(\x04\x12\x0e\n\x06key_id\x18\x08 \x01(\t\x12\x0b\n\x03mac\x18\t \x01(\x0c\"\x1b\n\x07PeerAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r2O\n\x04Peer\x12G\n\x07\x44\x65liver\x12\x1e.accord_cassandra.v1.PeerBatch\x1a\x1c.accord_cassandra.v1.PeerAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61\x63\x63ord_cassandra/v1/peer.proto\x12\x13\x61\x63\x63ord_cassandra.v1\"\xb5\x01\n\tPeerBatch\x12\x15\n\rcodec_version\x18\x01 \x01(\r\x12\x0e\n\x06source\x18\x02 \x01(\r\x12\x10\n\x08payloads\x18\x03 \x03(\x0c\x12\x13\n\x0b\x64\x65stination\x18\x04 \x01(\r\x12\x13\n\x0bincarnation\x18\x05 \x01(\x04\x12\x10\n\x08sequence\x18\x06 \x01(\x04\x12\x16\n\x0esent_at_micros\x18\x07 \x01(\x04\x12\x0e\n\x06key_id\x18\x08 \x01(\t\x12\x0b\n\x03mac\x18\t \x01(\x0c\"\x1b\n\x07PeerAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r2\x99\x01\n\x04Peer\x12G\n\x07\x44\x65liver\x12\x1e.accord_cassandra.v1.PeerBatch\x1a\x1c.accord_cassandra.v1.PeerAck\x12H\n\x06Stream\x12\x1e.accord_cassandra.v1.PeerBatch\x1a\x1c.accord_cassandra.v1.PeerAck(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PEERBATCH']._serialized_end=237
   _globals['_PEERACK']._serialized_start=239
   _globals['_PEERACK']._serialized_end=266
-  _globals['_PEER']._serialized_start=268
-  _globals['_PEER']._serialized_end=347
+  _globals['_PEER']._serialized_start=269
+  _globals['_PEER']._serialized_end=422
 # @@protoc_insertion_point(module_scope)

@@ -39,13 +39,28 @@ class PeerStub:
                 request_serializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.SerializeToString,
                 response_deserializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.FromString,
                 _registered_method=True)
+        self.Stream = channel.stream_unary(
+                '/accord_cassandra.v1.Peer/Stream',
+                request_serializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.SerializeToString,
+                response_deserializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Deliver(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One batch per call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stream(self, request_iterator, context):
+        """Batches on one long-lived stream per sending peer, each handled as Deliver handles its
+        batch; the answer, when the sender ends the stream, counts every accepted payload. A
+        sender whose peer answers UNIMPLEMENTED (an older sidecar) falls back to Deliver.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -55,6 +70,11 @@ def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Deliver': grpc.unary_unary_rpc_method_handler(
                     servicer.Deliver,
+                    request_deserializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.FromString,
+                    response_serializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.SerializeToString,
+            ),
+            'Stream': grpc.stream_unary_rpc_method_handler(
+                    servicer.Stream,
                     request_deserializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.FromString,
                     response_serializer=accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.SerializeToString,
             ),
@@ -84,6 +104,33 @@ class Peer:
             request,
             target,
             '/accord_cassandra.v1.Peer/Deliver',
+            accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.SerializeToString,
+            accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/accord_cassandra.v1.Peer/Stream',
             accord__cassandra_dot_v1_dot_peer__pb2.PeerBatch.SerializeToString,
             accord__cassandra_dot_v1_dot_peer__pb2.PeerAck.FromString,
             options,

@@ -39,11 +39,23 @@ class PeerStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PeerAsyncStub: ...
     Deliver: _grpc.UnaryUnaryMultiCallable[_peer_pb2.PeerBatch, _peer_pb2.PeerAck]
+    """One batch per call."""
+    Stream: _grpc.StreamUnaryMultiCallable[_peer_pb2.PeerBatch, _peer_pb2.PeerAck]
+    """Batches on one long-lived stream per sending peer, each handled as Deliver handles its
+    batch; the answer, when the sender ends the stream, counts every accepted payload. A
+    sender whose peer answers UNIMPLEMENTED (an older sidecar) falls back to Deliver.
+    """
 
 @_typing.type_check_only
 class PeerAsyncStub(PeerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Deliver: _aio.UnaryUnaryMultiCallable[_peer_pb2.PeerBatch, _peer_pb2.PeerAck]  # type: ignore[assignment]
+    """One batch per call."""
+    Stream: _aio.StreamUnaryMultiCallable[_peer_pb2.PeerBatch, _peer_pb2.PeerAck]  # type: ignore[assignment]
+    """Batches on one long-lived stream per sending peer, each handled as Deliver handles its
+    batch; the answer, when the sender ends the stream, counts every accepted payload. A
+    sender whose peer answers UNIMPLEMENTED (an older sidecar) falls back to Deliver.
+    """
 
 class PeerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -51,6 +63,18 @@ class PeerServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _peer_pb2.PeerBatch,
         context: _ServicerContext,
-    ) -> _typing.Union[_peer_pb2.PeerAck, _abc.Awaitable[_peer_pb2.PeerAck]]: ...
+    ) -> _typing.Union[_peer_pb2.PeerAck, _abc.Awaitable[_peer_pb2.PeerAck]]:
+        """One batch per call."""
+
+    @_abc_1.abstractmethod
+    def Stream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_peer_pb2.PeerBatch],
+        context: _ServicerContext,
+    ) -> _typing.Union[_peer_pb2.PeerAck, _abc.Awaitable[_peer_pb2.PeerAck]]:
+        """Batches on one long-lived stream per sending peer, each handled as Deliver handles its
+        batch; the answer, when the sender ends the stream, counts every accepted payload. A
+        sender whose peer answers UNIMPLEMENTED (an older sidecar) falls back to Deliver.
+        """
 
 def add_PeerServicer_to_server(servicer: PeerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,187 @@
+"""The peer transport's stream (``Peer.Stream``): one gRPC call carries many batches, a
+batch refused whole ends only its stream, and a peer without ``Stream`` (an older sidecar)
+is reached through ``Deliver``.
+
+A real :class:`PeerSender` talks over loopback to a real :class:`PeerServicer` registered the
+way the sidecar registers it (raw bytes in, ``PeerAck`` out), with shared-secret MACs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from accord.messages import Envelope, InformDurable
+from accord.primitives import Timestamp
+from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
+from accord_cassandra.server import PEER_SERVICE_NAME, _add_raw_stream_unary, _add_raw_unary
+from accord_cassandra.transport import PeerSender, PeerServicer, TransportMetrics
+from accord_cassandra.v1 import peer_pb2
+
+KEY = PeerKey("k", b"s" * 32)
+SENDER, RECEIVER = 1, 2
+# Generous: a shared, loaded machine; the test waits for progress, never for a time.
+WAIT_SECONDS = 60.0
+
+
+def message(i: int) -> Envelope:
+    txn_id = Timestamp(1, 1_800_000_000_000_000 + i, 0, SENDER)
+    return Envelope(SENDER, RECEIVER, InformDurable(i, txn_id))
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("no progress within the deadline")
+        await asyncio.sleep(0.01)
+
+
+class Receiver:
+    """A peer server; ``stream=False`` registers Deliver alone, as an older sidecar did."""
+
+    def __init__(self, *, stream: bool, authenticator: PeerAuthenticator | None = None) -> None:
+        self.delivered: list[Envelope] = []
+        self.calls: dict[str, int] = {"Deliver": 0, "Stream": 0}
+        self.metrics = TransportMetrics()
+        self.authenticator = authenticator or PeerAuthenticator(
+            RECEIVER, [SENDER, RECEIVER], "hmac", keys=[KEY]
+        )
+        self.servicer = PeerServicer(
+            RECEIVER, self.delivered.append, self.metrics, self.authenticator.check
+        )
+        self.stream = stream
+        self.server = grpc.aio.server()
+        self.address = ""
+
+    async def start(self, address: str = "127.0.0.1:0") -> None:
+        async def deliver(request: bytes, context: Any) -> peer_pb2.PeerAck:
+            self.calls["Deliver"] += 1
+            return await self.servicer.Deliver(request, context)
+
+        async def stream(requests: AsyncIterator[bytes], context: Any) -> peer_pb2.PeerAck:
+            self.calls["Stream"] += 1
+            return await self.servicer.Stream(requests, context)
+
+        serialize = peer_pb2.PeerAck.SerializeToString
+        _add_raw_unary(self.server, PEER_SERVICE_NAME, "Deliver", deliver, serialize)
+        if self.stream:
+            _add_raw_stream_unary(self.server, PEER_SERVICE_NAME, "Stream", stream, serialize)
+        port = self.server.add_insecure_port(address)
+        self.address = f"127.0.0.1:{port}"
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop(grace=None)
+
+
+async def sender_to(receiver: Receiver, stamper: BatchStamper | None = None) -> PeerSender:
+    channel = grpc.aio.insecure_channel(receiver.address)
+    sender = PeerSender(SENDER, RECEIVER, channel, TransportMetrics(), stamper or BatchStamper(KEY))
+    sender.start()
+    return sender
+
+
+async def _many_batches_one_stream() -> None:
+    receiver = Receiver(stream=True)
+    await receiver.start()
+    sender = await sender_to(receiver)
+    try:
+        for round_index in range(20):
+            for i in range(5):
+                sender.send(message(round_index * 5 + i))
+            await until(lambda r=round_index: len(receiver.delivered) == (r + 1) * 5)
+        assert [e.body.cid for e in receiver.delivered] == list(range(100)), "order kept"
+        assert sender.metrics.batches_sent >= 20
+        # The empty probe that asks whether the peer has Stream, then the one stream.
+        assert receiver.calls == {"Deliver": 0, "Stream": 2}, receiver.calls
+        assert sender.metrics.sent == 100
+    finally:
+        await sender.close()
+        await receiver.stop()
+
+
+def test_batches_share_one_stream_in_order() -> None:
+    asyncio.run(_many_batches_one_stream())
+
+
+async def _refused_batch_ends_only_its_stream() -> None:
+    receiver = Receiver(stream=True)
+    await receiver.start()
+    # Signed with a key the receiver does not hold: refused whole, the stream aborted.
+    forger = await sender_to(receiver, BatchStamper(PeerKey("k", b"x" * 32)))
+    honest = await sender_to(receiver)
+    try:
+        forger.send(message(0))
+        await until(lambda: receiver.metrics.unauthenticated_batches == 1)
+        await until(lambda: forger.metrics.failed_batches + forger.metrics.sent >= 1)
+        honest.send(message(1))
+        await until(lambda: len(receiver.delivered) == 1)
+        assert receiver.delivered[0].body.cid == 1
+        # The forger's sender opens a new stream for its next batch (refused again).
+        forger.send(message(2))
+        await until(lambda: receiver.metrics.unauthenticated_batches == 2)
+        assert [e.body.cid for e in receiver.delivered] == [1]
+        # Then the honest sender still gets through on its own stream.
+        honest.send(message(3))
+        await until(lambda: len(receiver.delivered) == 2)
+    finally:
+        await forger.close()
+        await honest.close()
+        await receiver.stop()
+
+
+def test_a_refused_batch_ends_only_its_stream() -> None:
+    asyncio.run(_refused_batch_ends_only_its_stream())
+
+
+async def _falls_back_to_deliver() -> None:
+    receiver = Receiver(stream=False)
+    await receiver.start()
+    sender = await sender_to(receiver)
+    try:
+        for i in range(10):
+            sender.send(message(i))
+            await until(lambda n=i: len(receiver.delivered) == n + 1)
+        assert receiver.calls["Deliver"] == 10, receiver.calls
+        assert sorted(e.body.cid for e in receiver.delivered) == list(range(10))
+        assert sender.metrics.dropped == 0
+    finally:
+        await sender.close()
+        await receiver.stop()
+
+
+def test_a_peer_without_stream_is_reached_through_deliver() -> None:
+    asyncio.run(_falls_back_to_deliver())
+
+
+async def _receiver_restart() -> None:
+    first = Receiver(stream=True)
+    await first.start()
+    sender = await sender_to(first)
+    try:
+        sender.send(message(0))
+        await until(lambda: len(first.delivered) == 1)
+        await first.stop()
+        # A new server on the same address (as a restarted sidecar would be).
+        second = Receiver(stream=True)
+        await second.start(first.address)
+        for i in range(1, 200):
+            if second.delivered:
+                break
+            sender.send(message(i))
+            await asyncio.sleep(0.05)
+        await until(lambda: bool(second.delivered))
+        await second.stop()
+    finally:
+        await sender.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_the_stream_is_reopened_after_the_receiver_restarts() -> None:
+    asyncio.run(_receiver_restart())
