@@ -26,7 +26,6 @@ and sans-IO: the caller supplies the clock reading.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from accord.invariants import AccordError
@@ -73,12 +72,12 @@ def validate(
     check = _Checker(nodes, topology.epoch, now_micros + limits.max_future_skew_micros, limits)
     body = envelope.body
     name = type(body).__name__
-    for field in dataclasses.fields(body):
-        value = getattr(body, field.name)
+    for field in body.__struct_fields__:
+        value = getattr(body, field)
         try:
             check.value(value)
         except InvalidMessage as error:
-            raise InvalidMessage(f"{name}.{field.name}: {error}") from None
+            raise InvalidMessage(f"{name}.{field}: {error}") from None
     txn_id = getattr(body, "txn_id", None)
     execute_at = getattr(body, "execute_at", None)
     txn = getattr(body, "txn", None)
