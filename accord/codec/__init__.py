@@ -30,6 +30,8 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   turns arrays into lists. Values therefore never reach msgspec's typed decoding: they are
   only found inside the ``Raw`` parts, which the walk decodes with ``use_list=False`` and
   checks exactly (types, depth :data:`MAX_VALUE_DEPTH`, 64-bit range), as it always did.
+  Which types a value may hold is the walk's ``_value`` alone: a ``float`` it accepts
+  travels as msgpack float64, which msgspec and msgpack both write.
 
 Limits: input and output at most :data:`MAX_MESSAGE_BYTES`; values :data:`MAX_VALUE_DEPTH`
 tuples deep; expressions :data:`MAX_EXPR_DEPTH` deep; integers signed 64-bit. Every failure
@@ -77,6 +79,15 @@ _CACHE_ENTRIES: Final = 4096
 """Most transactions (results, writes) each cache holds before it starts afresh."""
 
 # ---------------------------------------------------------------------------- embedded parts
+
+
+def _enc_hook(obj: object) -> object:
+    if type(obj) is Deps:
+        return tuple(obj.items())
+    raise TypeError(f"{type(obj).__name__} has no wire form")
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
 class _Part:
@@ -130,7 +141,7 @@ def _route(pair: tuple[Key, tuple[Key, ...]] | None) -> Route | None:
 
 
 def _is_int(value: object) -> bool:
-    return type(value) is int and INT64_MIN <= value <= INT64_MAX  # type: ignore[operator]
+    return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
 def _exactly(cls: type[Any], optional: bool = False) -> Callable[[object], bool]:
@@ -254,18 +265,11 @@ _WireEnvelope = msgspec.defstruct(
 )
 
 
-def _enc_hook(obj: object) -> object:
-    if type(obj) is Deps:
-        return tuple(obj.items())
-    raise TypeError(f"{type(obj).__name__} has no wire form")
-
-
-_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _MESSAGE_DECODER: Final = msgspec.msgpack.Decoder(
-    Union[_WireEnvelope, _MESSAGE_UNION]  # type: ignore[valid-type]  # noqa: UP007
+    Union[_WireEnvelope, _MESSAGE_UNION]  # noqa: UP007
 )
 _RECORD_DECODER: Final = msgspec.msgpack.Decoder(
-    Union[tuple(s.mirror for s in _RECORDS.values())]  # type: ignore[valid-type]  # noqa: UP007
+    Union[tuple(s.mirror for s in _RECORDS.values())]  # noqa: UP007
 )
 
 # ---------------------------------------------------------------------------- top level
@@ -315,10 +319,11 @@ def decode_message(data: bytes) -> Envelope | Message:
     """The message or envelope ``data`` encodes; :class:`CodecError` if it is malformed."""
     _checked_input(data)
     try:
-        top = _MESSAGE_DECODER.decode(data)
+        top: Any = _MESSAGE_DECODER.decode(data)
         if type(top) is _WireEnvelope:
-            body = _BY_MIRROR[type(top.body)].build(top.body)
-            return Envelope(top.src, top.dest, body)
+            wire: Any = top  # (narrowed to a bare Struct otherwise)
+            body = _BY_MIRROR[type(wire.body)].build(wire.body)
+            return Envelope(wire.src, wire.dest, body)
         return cast("Message", _BY_MIRROR[type(top)].build(top))
     except _REFUSED:
         return walk.decode_message(data)

@@ -695,7 +695,7 @@ def _schema(cls: type[Any], tag: int) -> _Schema:
 
 # Wire and journal tags: never reuse or renumber one. Requests 10-29, replies 30-49.
 # fmt: off
-_MESSAGE_TAGS: Final = {
+_MESSAGE_TAGS: Final[dict[type[Any], int]] = {
     messages.PreAccept: 10, messages.Accept: 11, messages.AcceptInvalidate: 12,
     messages.Commit: 13, messages.Apply: 14, messages.CommitInvalidate: 15,
     messages.InformDurable: 16, messages.BeginRecovery: 17, messages.BeginInvalidation: 18,
