@@ -1,4 +1,4 @@
-"""Binary form of messages and journal records: msgpack arrays with explicit integer tags.
+"""The validating walk: messages and journal records as msgpack arrays with integer tags.
 
 Theory of operation:
 

@@ -17,7 +17,7 @@ from strategies import envelopes, identical, journal_records, messages
 
 from accord import codec
 from accord.api import Durable, HlcFloor
-from accord.codec import CodecError, walk
+from accord.codec import ENVELOPE_TAG, CodecError, walk
 from accord.local.command import CommandSnapshot
 from accord.messages import Apply, Commit, Envelope, PreAccept, PreAcceptOk
 from accord.primitives import (
@@ -191,3 +191,17 @@ def test_hostile_nesting_is_a_codec_error_not_a_recursion_error(depth: int) -> N
             codec.decode_message(data)
         with pytest.raises(CodecError):
             codec.decode_record(data)
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1, True])
+def test_timestamp_and_key_fields_outside_signed_64_bits_are_refused(value: object) -> None:
+    # msgpack carries unsigned 64-bit integers; only Int64's bounds keep them out of a
+    # Timestamp (or a Key's token) on the fast path.
+    for wire in (
+        [34, 1, [1, value, 3, 4]],
+        [ENVELOPE_TAG, 1, 2, [32, 1, [1, 2, 3, 4], [[[value, "k"], [[1, 2, 3, 4]]]]]],
+    ):
+        data = msgpack.packb(wire, use_bin_type=True)
+        with pytest.raises(CodecError, match=r"signed 64-bit|expected int, got bool"):
+            codec.decode_message(data)
+        same_outcome(data)
