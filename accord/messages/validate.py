@@ -26,6 +26,7 @@ and sans-IO: the caller supplies the clock reading.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from accord.invariants import AccordError
@@ -72,7 +73,9 @@ def validate(
     check = _Checker(nodes, topology.epoch, now_micros + limits.max_future_skew_micros, limits)
     body = envelope.body
     name = type(body).__name__
-    for field in body.__struct_fields__:
+    # Messages are msgspec Structs; a dataclass one (a branch's new message) still works.
+    fields = getattr(body, "__struct_fields__", None) or [f.name for f in dataclasses.fields(body)]
+    for field in fields:
         value = getattr(body, field)
         try:
             check.value(value)
