@@ -308,10 +308,19 @@ def _checked_input(data: bytes) -> None:
 _REFUSED: Final = (msgspec.MsgspecError, AccordError, ValueError, TypeError, RecursionError)
 
 
+def _encoded(wire: Callable[[], list[object] | None]) -> bytes | None:
+    """The fast path's bytes, or None to let the walk encode (or name the problem, with
+    the whole path: a part's own error knows only the path within the part)."""
+    try:
+        fields = wire()
+    except CodecError:
+        return None
+    return None if fields is None else _packed(fields)
+
+
 def encode_message(message: Envelope | Message) -> bytes:
     """The bytes of a message, or of an envelope carrying one."""
-    wire = _message_wire(message)
-    data = None if wire is None else _packed(wire)
+    data = _encoded(lambda: _message_wire(message))
     return walk.encode_message(message) if data is None else data
 
 
@@ -332,8 +341,7 @@ def decode_message(data: bytes) -> Envelope | Message:
 def encode_record(record: JournalRecord) -> bytes:
     """The bytes of one journal record."""
     schema = _RECORDS.get(type(record))
-    wire = None if schema is None else schema.wire(record)
-    data = None if wire is None else _packed(wire)
+    data = None if schema is None else _encoded(lambda: schema.wire(record))
     return walk.encode_record(record) if data is None else data
 
 

@@ -7,6 +7,7 @@ identical value; whatever either refuses is the walk's CodecError, word for word
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgpack
@@ -28,6 +29,7 @@ from accord.primitives import (
     Put,
     ReadOf,
     Route,
+    Status,
     Timestamp,
     Txn,
     TxnResult,
@@ -205,3 +207,22 @@ def test_timestamp_and_key_fields_outside_signed_64_bits_are_refused(value: obje
         with pytest.raises(CodecError, match=r"signed 64-bit|expected int, got bool"):
             codec.decode_message(data)
         same_outcome(data)
+
+
+def test_an_encode_error_inside_a_part_names_the_whole_path() -> None:
+    bad = Txn((KEY,), Update((Put(KEY, Const([1])),)))
+    for obj, encode, reference in (
+        (Envelope(1, 2, PreAccept(1, TS, bad, ROUTE)), codec.encode_message, walk.encode_message),
+        (
+            CommandSnapshot(
+                TS, Status.PRE_ACCEPTED, bad, ROUTE, TS, TS, None, Deps(), None, None, True, None
+            ),
+            codec.encode_record,
+            walk.encode_record,
+        ),
+    ):
+        with pytest.raises(CodecError) as expected:
+            reference(obj)  # type: ignore[operator]
+        assert "txn.update.writes[0]" in str(expected.value)
+        with pytest.raises(CodecError, match=re.escape(str(expected.value))):
+            encode(obj)  # type: ignore[operator]
