@@ -7,12 +7,18 @@ coordination attempt and drop replies to attempts it abandoned.
 
 ``has_side_effects`` marks requests whose handling changes durable replica state: the
 receiving node persists that state before it replies (see ``accord.api.Journal``).
+
+Each is a frozen ``msgspec.Struct``: immutable, hashable and compared field by field like a
+frozen dataclass, but built in C (messages are created on every step of the protocol), and
+untracked by the garbage collector (``gc=False``: a message holds only immutable values and
+can never be part of a reference cycle). Their wire form is :mod:`accord.codec`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
+
+import msgspec
 
 from accord.primitives import (
     BALLOT_ZERO,
@@ -29,8 +35,7 @@ from accord.primitives import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class PreAccept:
+class PreAccept(msgspec.Struct, frozen=True, gc=False):
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
@@ -38,8 +43,7 @@ class PreAccept:
     route: Route
 
 
-@dataclass(frozen=True, slots=True)
-class PreAcceptOk:
+class PreAcceptOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
     witnessed_at: Timestamp
@@ -49,8 +53,7 @@ class PreAcceptOk:
     rejected: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Nack:
+class Nack(msgspec.Struct, frozen=True, gc=False):
     """A request refused because the replica promised a higher ballot, or because the
     transaction is already past the phase the request belongs to (``status``)."""
 
@@ -60,8 +63,7 @@ class Nack:
     status: Status = Status.NOT_DEFINED
 
 
-@dataclass(frozen=True, slots=True)
-class Accept:
+class Accept(msgspec.Struct, frozen=True, gc=False):
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
@@ -72,15 +74,13 @@ class Accept:
     deps: Deps
 
 
-@dataclass(frozen=True, slots=True)
-class AcceptOk:
+class AcceptOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
     deps: Deps
 
 
-@dataclass(frozen=True, slots=True)
-class AcceptInvalidate:
+class AcceptInvalidate(msgspec.Struct, frozen=True, gc=False):
     """Propose to invalidate ``txn_id``.
 
     ``route`` names keys of the txn (the whole route, or only the key a route-less
@@ -96,14 +96,12 @@ class AcceptInvalidate:
     route: Route | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AcceptInvalidateOk:
+class AcceptInvalidateOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
 
 
-@dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(msgspec.Struct, frozen=True, gc=False):
     """The decided executeAt and deps. ``stable`` means every replica may execute: it is
     sent on the fast path at once, and on the slow path only after a quorum of each shard
     acknowledged the non-stable commit. ``read`` asks this replica to read for the txn
@@ -120,29 +118,25 @@ class Commit:
     route: Route | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CommitOk:
+class CommitOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
 
 
-@dataclass(frozen=True, slots=True)
-class Insufficient:
+class Insufficient(msgspec.Struct, frozen=True, gc=False):
     """The replica lacks the txn definition; the sender must resend it maximally."""
 
     cid: int
     txn_id: TxnId
 
 
-@dataclass(frozen=True, slots=True)
-class ReadOk:
+class ReadOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
     values: tuple[tuple[Key, object], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ReadRedundant:
+class ReadRedundant(msgspec.Struct, frozen=True, gc=False):
     """The replica already holds the txn's outcome, proposed under ``ballot``; ``chosen``
     says it knows that outcome durable at a quorum of every shard."""
 
@@ -154,8 +148,7 @@ class ReadRedundant:
     chosen: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Apply:
+class Apply(msgspec.Struct, frozen=True, gc=False):
     """The outcome, proposed under ``ballot`` (a replica that promised a higher one refuses
     it), or ``chosen``: known durable at a quorum of every shard, so taken whatever the
     replica promised, and written once its deps allow."""
@@ -173,8 +166,7 @@ class Apply:
     chosen: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ApplyOk:
+class ApplyOk(msgspec.Struct, frozen=True, gc=False):
     """The outcome is journaled here; ``applied``: and its writes are in the data store."""
 
     cid: int
@@ -182,8 +174,7 @@ class ApplyOk:
     applied: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class OutcomeDurable:
+class OutcomeDurable(msgspec.Struct, frozen=True, gc=False):
     """The outcome this replica acknowledged under ``ballot`` is journaled by a quorum of
     every shard: it can never change, so its writes may reach the data store. ``written``
     (shared storage): the sender also wrote them, for every key it owns."""
@@ -195,15 +186,13 @@ class OutcomeDurable:
     written: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class CommitInvalidate:
+class CommitInvalidate(msgspec.Struct, frozen=True, gc=False):
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
 
 
-@dataclass(frozen=True, slots=True)
-class InformDurable:
+class InformDurable(msgspec.Struct, frozen=True, gc=False):
     """Every replica of every shard applied the txn; replicas may prune it from indexes."""
 
     has_side_effects: ClassVar[bool] = False
@@ -211,8 +200,7 @@ class InformDurable:
     txn_id: TxnId
 
 
-@dataclass(frozen=True, slots=True)
-class BeginRecovery:
+class BeginRecovery(msgspec.Struct, frozen=True, gc=False):
     has_side_effects: ClassVar[bool] = True
     cid: int
     txn_id: TxnId
@@ -221,8 +209,7 @@ class BeginRecovery:
     ballot: Ballot
 
 
-@dataclass(frozen=True, slots=True)
-class RecoverOk:
+class RecoverOk(msgspec.Struct, frozen=True, gc=False):
     """One replica's view for recovery (reference: Accord ``BeginRecovery.RecoverOk``).
 
     ``accepts_fast_path``: this replica voted for executeAt == txnId in PreAccept.
@@ -245,8 +232,7 @@ class RecoverOk:
     result: TxnResult | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class BeginInvalidation:
+class BeginInvalidation(msgspec.Struct, frozen=True, gc=False):
     """Promise ``ballot`` without pre-accepting: used when the route is unknown."""
 
     has_side_effects: ClassVar[bool] = True
@@ -255,8 +241,7 @@ class BeginInvalidation:
     ballot: Ballot
 
 
-@dataclass(frozen=True, slots=True)
-class InvalidateOk:
+class InvalidateOk(msgspec.Struct, frozen=True, gc=False):
     cid: int
     txn_id: TxnId
     status: Status
@@ -320,8 +305,7 @@ REQUEST_TYPES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(msgspec.Struct, frozen=True, gc=False):
     """A message in flight from node ``src`` to node ``dest``."""
 
     src: int

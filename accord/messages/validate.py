@@ -73,12 +73,14 @@ def validate(
     check = _Checker(nodes, topology.epoch, now_micros + limits.max_future_skew_micros, limits)
     body = envelope.body
     name = type(body).__name__
-    for field in dataclasses.fields(body):
-        value = getattr(body, field.name)
+    # Messages are msgspec Structs; a dataclass one (a branch's new message) still works.
+    fields = getattr(body, "__struct_fields__", None) or [f.name for f in dataclasses.fields(body)]
+    for field in fields:
+        value = getattr(body, field)
         try:
             check.value(value)
         except InvalidMessage as error:
-            raise InvalidMessage(f"{name}.{field.name}: {error}") from None
+            raise InvalidMessage(f"{name}.{field}: {error}") from None
     txn_id = getattr(body, "txn_id", None)
     execute_at = getattr(body, "execute_at", None)
     txn = getattr(body, "txn", None)

@@ -12,6 +12,7 @@ in any order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import lt as _lt
 
 from accord.primitives.keys import Key
 from accord.primitives.timestamp import TxnId
@@ -39,6 +40,18 @@ class Deps:
         deps = Deps.__new__(Deps)
         deps._by_key = by_key
         return deps
+
+    @staticmethod
+    def of(by_key: dict[Key, tuple[TxnId, ...]]) -> Deps:
+        """``Deps(by_key)``, without re-sorting when ``by_key`` is already normal (keys and
+        each key's ids strictly increasing, no empty entry), as every decoded Deps is."""
+        keys = tuple(by_key)
+        if all(map(_lt, keys, keys[1:])):
+            for ids in by_key.values():
+                if not ids or not all(map(_lt, ids, ids[1:])):
+                    return Deps(by_key)
+            return Deps._trusted(by_key)
+        return Deps(by_key)
 
     def keys(self) -> tuple[Key, ...]:
         return tuple(self._by_key)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from accord.invariants import check_argument
+from accord.primitives.timestamp import Int64
 
 TOKEN_MIN = -(2**63)
 TOKEN_MAX = 2**63 - 1
@@ -20,7 +21,7 @@ TOKEN_MAX = 2**63 - 1
 class Key(NamedTuple):
     """A routable key: ordered by token, then by name so equal tokens still have an order."""
 
-    token: int
+    token: Int64
     name: str
 
     def __str__(self) -> str:

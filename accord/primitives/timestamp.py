@@ -14,9 +14,15 @@ id breaks ties, so two timestamps from different nodes or different mints never 
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Annotated, NamedTuple, TypeAlias
+
+import msgspec
 
 from accord.invariants import check_argument
+
+Int64: TypeAlias = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An ``int`` that crosses the wire: msgspec's typed decoding refuses any outside signed
+64 bits (msgpack itself carries unsigned 64-bit integers too)."""
 
 
 class Kind(enum.IntEnum):
@@ -36,10 +42,10 @@ class Kind(enum.IntEnum):
 class Timestamp(NamedTuple):
     """A point in the protocol's total order; also used as TxnId and Ballot."""
 
-    epoch: int
-    hlc: int
-    flags: int
-    node: int
+    epoch: Int64
+    hlc: Int64
+    flags: Int64
+    node: Int64
 
     @property
     def kind(self) -> Kind:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+import msgspec
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
@@ -420,6 +421,8 @@ def identical(a: object, b: object) -> bool:
         return False
     if isinstance(a, Deps) and isinstance(b, Deps):
         return identical(tuple(a.items()), tuple(b.items()))
+    if isinstance(a, msgspec.Struct):
+        return all(identical(getattr(a, f), getattr(b, f)) for f in a.__struct_fields__)
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         return all(identical(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     if isinstance(a, tuple) and isinstance(b, tuple):

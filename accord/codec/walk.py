@@ -1,4 +1,4 @@
-"""Binary form of messages and journal records: msgpack arrays with explicit integer tags.
+"""The validating walk: messages and journal records as msgpack arrays with integer tags.
 
 Theory of operation:
 
@@ -225,11 +225,18 @@ def _field(name: str, convert: Callable[[Any], T], value: object) -> T:
         raise error.within(f".{name}") from None
 
 
+def field_names(cls: type[Any]) -> list[str]:
+    """The fields a class is built from, in order: a NamedTuple's, a Struct's or a
+    dataclass's init fields."""
+    names = getattr(cls, "_fields", None) or getattr(cls, "__struct_fields__", None)
+    if names is not None:
+        return list(names)
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
 def _struct(cls: type[T], **fields: _Codec[Any]) -> _Codec[T]:
     """An array of the named fields, which must be exactly the class's own init fields."""
-    declared = getattr(cls, "_fields", None) or [
-        f.name for f in dataclasses.fields(cast("type[Any]", cls)) if f.init
-    ]
+    declared = field_names(cls)
     check_state(list(declared) == list(fields), "codec of %s needs %s", cls.__name__, declared)
     items = tuple(fields.items())
 
@@ -683,7 +690,7 @@ class _Schema:
 
 def _schema(cls: type[Any], tag: int) -> _Schema:
     hints = get_type_hints(cls)
-    names = cls._fields if hasattr(cls, "_fields") else [f.name for f in dataclasses.fields(cls)]
+    names = field_names(cls)
     for name in names:
         check_state(hints[name] in _BY_TYPE, "no codec for %s.%s", cls.__name__, name)
     return _Schema(tag, cls, _struct(cls, **{name: _BY_TYPE[hints[name]] for name in names}))
@@ -691,7 +698,7 @@ def _schema(cls: type[Any], tag: int) -> _Schema:
 
 # Wire and journal tags: never reuse or renumber one. Requests 10-29, replies 30-49.
 # fmt: off
-_MESSAGE_TAGS: Final = {
+_MESSAGE_TAGS: Final[dict[type[Any], int]] = {
     messages.PreAccept: 10, messages.Accept: 11, messages.AcceptInvalidate: 12,
     messages.Commit: 13, messages.Apply: 14, messages.CommitInvalidate: 15,
     messages.InformDurable: 16, messages.BeginRecovery: 17, messages.BeginInvalidation: 18,

@@ -1,0 +1,373 @@
+"""Binary form of messages and journal records: msgpack arrays with explicit integer tags.
+
+The format is :mod:`accord.codec.walk`'s (its docstring describes it field by field): every
+message, the :class:`~accord.messages.Envelope` and every journal record is ``[tag, field,
+...]`` with tags from :data:`MESSAGE_TAGS` and :data:`RECORD_TAGS`. This module produces and
+accepts exactly the bytes that walk does, but does the work in msgspec's C code:
+
+* **Decoding** runs one typed msgspec decoder over a mirror of every tagged class (a
+  ``msgspec.Struct`` with ``array_like=True``, its tag, no defaults and
+  ``forbid_unknown_fields``): tags, array lengths, exact msgpack types, ``Status`` codes and
+  signed 64-bit integers (:data:`~accord.primitives.timestamp.Int64`, also on the fields of
+  ``Timestamp`` and ``Key``) are all checked there, and the result is built into the real
+  classes with their own constructors, so every invariant they check still holds.
+  Transactions, results and writes (whose expressions, values and operator codes msgspec
+  cannot type: see ``Value`` below) arrive as ``msgspec.Raw`` and go through the walk, with
+  a bounded cache by their bytes: a replica receives the same transaction in PreAccept,
+  Accept, Commit and Apply and decodes it once.
+* **Anything the fast path refuses** (any msgspec error, a RecursionError from hostile
+  nesting, an invariant a constructor checks, a key twice in Deps) is handed to the walk,
+  which names the problem and where (``Apply.route.keys[1]``) exactly as before, or decodes
+  it if the walk accepts it: the fast path decides nothing alone, so decoding is never more
+  lenient than the walk (tests/unit/test_codec_fast.py compares the two on mutated input).
+* **Encoding** checks the exact type (and 64-bit range) of every top-level field, encodes
+  ``Deps`` from its sorted items through an ``enc_hook``, and embeds transactions, results
+  and writes as ``msgspec.Raw`` produced by the walk, cached by object identity (they are
+  immutable and sent to every replica); anything it cannot vouch for goes to the walk, which
+  refuses it with the same error as before.
+* ``Value`` (None, bool, int, str, bytes, tuples of values) is the one type msgspec cannot
+  express: its unions cannot hold both ``str`` and ``bytes``, and an untyped msgspec decode
+  turns arrays into lists. Values therefore never reach msgspec's typed decoding: they are
+  only found inside the ``Raw`` parts, which the walk decodes with ``use_list=False`` and
+  checks exactly (types, depth :data:`MAX_VALUE_DEPTH`, 64-bit range), as it always did.
+  Which types a value may hold is the walk's ``_value`` alone: a ``float`` it accepts
+  travels as msgpack float64, which msgspec and msgpack both write.
+
+Limits: input and output at most :data:`MAX_MESSAGE_BYTES`; values :data:`MAX_VALUE_DEPTH`
+tuples deep; expressions :data:`MAX_EXPR_DEPTH` deep; integers signed 64-bit. Every failure
+is a :class:`CodecError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Union, cast, get_type_hints
+
+import msgspec
+
+from accord.api import JournalRecord
+from accord.codec import walk
+from accord.codec.walk import (
+    CODEC_VERSION,
+    ENVELOPE_TAG,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_EXPR_DEPTH,
+    MAX_MESSAGE_BYTES,
+    MAX_VALUE_DEPTH,
+    MESSAGE_TAGS,
+    RECORD_TAGS,
+    CodecError,
+)
+from accord.invariants import AccordError
+from accord.messages import Envelope, Message
+from accord.primitives import (
+    Deps,
+    Key,
+    Route,
+    Status,
+    Timestamp,
+    Txn,
+    TxnResult,
+    WriteOp,
+)
+from accord.primitives.timestamp import Int64
+
+_NIL: Final = b"\xc0"
+_CACHE_ENTRIES: Final = 4096
+"""Most transactions (results, writes) each cache holds before it starts afresh."""
+
+# ---------------------------------------------------------------------------- embedded parts
+
+
+def _enc_hook(obj: object) -> object:
+    if type(obj) is Deps:
+        return tuple(obj.items())
+    raise TypeError(f"{type(obj).__name__} has no wire form")
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+
+
+class _Part:
+    """A field type msgspec carries as ``Raw``: the walk encodes and decodes it, cached."""
+
+    def __init__(self, codec: walk._Codec[Any], optional: bool) -> None:
+        self.codec = codec
+        self.optional = optional
+        self.encoded: dict[int, tuple[object, msgspec.Raw]] = {}
+        self.decoded: dict[bytes, object] = {}
+
+    def encode(self, value: object) -> object:
+        if value is None and self.optional:
+            return None
+        hit = self.encoded.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        raw = msgspec.Raw(_ENCODER.encode(self.codec.encode(value)))
+        if len(self.encoded) >= _CACHE_ENTRIES:
+            self.encoded.clear()
+        # Holding the value keeps its id from being reused while the entry lives.
+        self.encoded[id(value)] = (value, raw)
+        return raw
+
+    def decode(self, raw: msgspec.Raw) -> object:
+        data = bytes(raw)
+        if data == _NIL and self.optional:
+            return None
+        hit = self.decoded.get(data)
+        if hit is not None:
+            return hit
+        value = self.codec.decode(walk._unpack(data))
+        if len(self.decoded) >= _CACHE_ENTRIES:
+            self.decoded.clear()
+        self.decoded[data] = value
+        return value
+
+
+_WIRE_DEPS: Final = tuple[tuple[Key, tuple[Timestamp, ...]], ...]
+
+
+def _deps(pairs: tuple[tuple[Key, tuple[Timestamp, ...]], ...]) -> Deps:
+    by_key = dict(pairs)
+    if len(by_key) != len(pairs):
+        raise CodecError("a key appears twice in Deps")
+    return Deps.of(by_key)
+
+
+def _route(pair: tuple[Key, tuple[Key, ...]] | None) -> Route | None:
+    return None if pair is None else Route(*pair)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int and INT64_MIN <= value <= INT64_MAX
+
+
+def _exactly(cls: type[Any], optional: bool = False) -> Callable[[object], bool]:
+    if optional:
+        return lambda value: value is None or type(value) is cls
+    return lambda value: type(value) is cls
+
+
+def _route_wire(route: Route | None) -> object:
+    return None if route is None else (route.home_key, route.keys)
+
+
+# One entry per declared field type: (msgspec type of the wire form, check before encoding,
+# conversion before encoding or None, conversion after decoding or None).
+_Field = tuple[object, Callable[[object], bool], Callable[[Any], object] | None, Any]
+
+
+def _part(codec: walk._Codec[Any], check: Callable[[object], bool], optional: bool) -> _Field:
+    part = _Part(codec, optional)
+    # Not ``Raw | None``: msgspec's unions take no Raw, so an absent part is a Raw nil.
+    return (msgspec.Raw, check, part.encode, part.decode)
+
+
+def _is_tuple(value: object) -> bool:
+    return type(value) is tuple
+
+
+def _are_timestamps(value: object) -> bool:
+    return type(value) is tuple and all(type(item) is Timestamp for item in value)
+
+
+_ROUTE_WIRE: Final = tuple[Key, tuple[Key, ...]]
+_FIELDS: Final[Mapping[object, _Field]] = {
+    int: (Int64, _is_int, None, None),
+    bool: (bool, _exactly(bool), None, None),
+    Status: (Status, _exactly(Status), None, None),
+    Timestamp: (Timestamp, _exactly(Timestamp), None, None),
+    Timestamp | None: (Timestamp | None, _exactly(Timestamp, optional=True), None, None),
+    tuple[Timestamp, ...]: (tuple[Timestamp, ...], _are_timestamps, None, None),
+    Key | None: (Key | None, _exactly(Key, optional=True), None, None),
+    Route: (_ROUTE_WIRE, _exactly(Route), _route_wire, _route),
+    Route | None: (_ROUTE_WIRE | None, _exactly(Route, optional=True), _route_wire, _route),
+    Deps: (_WIRE_DEPS, _exactly(Deps), None, _deps),
+    Txn: _part(walk._TXN, _exactly(Txn), False),
+    Txn | None: _part(walk._TXN, _exactly(Txn, optional=True), True),
+    TxnResult: _part(walk._RESULT, _exactly(TxnResult), False),
+    TxnResult | None: _part(walk._RESULT, _exactly(TxnResult, optional=True), True),
+    tuple[WriteOp, ...]: _part(walk._WRITE_OPS, _is_tuple, False),
+    tuple[WriteOp, ...] | None: _part(
+        walk._WRITE_OPS, lambda v: v is None or type(v) is tuple, True
+    ),
+    # Read answers: not cached (each replica's differ); values checked by the walk.
+    tuple[tuple[Key, object], ...]: (
+        msgspec.Raw,
+        _is_tuple,
+        lambda values: msgspec.Raw(_ENCODER.encode(walk._READS.encode(values))),
+        lambda raw: walk._READS.decode(walk._unpack(bytes(raw))),
+    ),
+}
+
+# ---------------------------------------------------------------------------- schemas
+
+
+class _Schema:
+    """How one tagged class maps onto its mirror struct."""
+
+    def __init__(self, cls: type[Any], tag: int, fields: list[tuple[str, _Field]]) -> None:
+        self.cls = cls
+        self.tag = tag
+        self.mirror: type[msgspec.Struct] = msgspec.defstruct(
+            f"_Wire{cls.__name__}",
+            [(name, field[0]) for name, field in fields],
+            array_like=True,
+            tag=tag,
+            forbid_unknown_fields=True,
+            frozen=True,
+        )
+        names = [name for name, _ in fields]
+        self.get: Callable[[Any], tuple[object, ...]] = (
+            operator.attrgetter(*names) if len(names) > 1 else lambda obj: (getattr(obj, names[0]),)
+        )
+        self.checks = tuple((i, f[1]) for i, (_, f) in enumerate(fields))
+        self.to_wire = tuple((i, f[2]) for i, (_, f) in enumerate(fields) if f[2] is not None)
+        self.from_wire = tuple((i, f[3]) for i, (_, f) in enumerate(fields) if f[3] is not None)
+
+    def wire(self, obj: Any) -> list[object] | None:
+        """``[tag, field, ...]`` ready for msgspec, or None if a field is not exactly typed."""
+        values = [self.tag, *self.get(obj)]
+        for index, check in self.checks:
+            if not check(values[index + 1]):
+                return None
+        for index, convert in self.to_wire:
+            values[index + 1] = convert(values[index + 1])
+        return values
+
+    def build(self, mirror: msgspec.Struct) -> Any:
+        if not self.from_wire:
+            return self.cls(*msgspec.structs.astuple(mirror))
+        values = list(msgspec.structs.astuple(mirror))
+        for index, convert in self.from_wire:
+            values[index] = convert(values[index])
+        return self.cls(*values)
+
+
+def _schema(cls: type[Any], tag: int) -> _Schema:
+    hints = get_type_hints(cls)
+    return _Schema(cls, tag, [(name, _FIELDS[hints[name]]) for name in walk.field_names(cls)])
+
+
+_MESSAGES: Final = {cls: _schema(cls, tag) for cls, tag in MESSAGE_TAGS.items()}
+_RECORDS: Final = {cls: _schema(cls, tag) for cls, tag in RECORD_TAGS.items()}
+_BY_MIRROR: Final = {s.mirror: s for s in (*_MESSAGES.values(), *_RECORDS.values())}
+_MESSAGE_UNION: Final[Any] = Union[tuple(s.mirror for s in _MESSAGES.values())]  # noqa: UP007
+_WireEnvelope = msgspec.defstruct(
+    "_WireEnvelope",
+    [("src", Int64), ("dest", Int64), ("body", _MESSAGE_UNION)],
+    array_like=True,
+    tag=ENVELOPE_TAG,
+    forbid_unknown_fields=True,
+    frozen=True,
+)
+
+
+_MESSAGE_DECODER: Final = msgspec.msgpack.Decoder(
+    Union[_WireEnvelope, _MESSAGE_UNION]  # noqa: UP007
+)
+_RECORD_DECODER: Final = msgspec.msgpack.Decoder(
+    Union[tuple(s.mirror for s in _RECORDS.values())]  # noqa: UP007
+)
+
+# ---------------------------------------------------------------------------- top level
+
+
+def _packed(wire: list[object]) -> bytes | None:
+    try:
+        data = _ENCODER.encode(wire)
+    except (TypeError, ValueError, OverflowError, CodecError, RecursionError):
+        return None
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise CodecError(f"encoded size {len(data)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
+    return data
+
+
+def _message_wire(message: object) -> list[object] | None:
+    if type(message) is Envelope:
+        schema = _MESSAGES.get(type(message.body))
+        body = None if schema is None else schema.wire(message.body)
+        if body is None or not (_is_int(message.src) and _is_int(message.dest)):
+            return None
+        return [ENVELOPE_TAG, message.src, message.dest, body]
+    schema = _MESSAGES.get(type(message))
+    return None if schema is None else schema.wire(message)
+
+
+def _checked_input(data: bytes) -> None:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CodecError(f"expected bytes, got {type(data).__name__}")
+    if memoryview(data).nbytes > MAX_MESSAGE_BYTES:
+        size = memoryview(data).nbytes
+        raise CodecError(f"input of {size} bytes exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
+
+
+# Whatever the fast path may meet on hostile input; each sends the input to the walk.
+_REFUSED: Final = (msgspec.MsgspecError, AccordError, ValueError, TypeError, RecursionError)
+
+
+def _encoded(wire: Callable[[], list[object] | None]) -> bytes | None:
+    """The fast path's bytes, or None to let the walk encode (or name the problem, with
+    the whole path: a part's own error knows only the path within the part)."""
+    try:
+        fields = wire()
+    except CodecError:
+        return None
+    return None if fields is None else _packed(fields)
+
+
+def encode_message(message: Envelope | Message) -> bytes:
+    """The bytes of a message, or of an envelope carrying one."""
+    data = _encoded(lambda: _message_wire(message))
+    return walk.encode_message(message) if data is None else data
+
+
+def decode_message(data: bytes) -> Envelope | Message:
+    """The message or envelope ``data`` encodes; :class:`CodecError` if it is malformed."""
+    _checked_input(data)
+    try:
+        top: Any = _MESSAGE_DECODER.decode(data)
+        if type(top) is _WireEnvelope:
+            wire: Any = top  # (narrowed to a bare Struct otherwise)
+            body = _BY_MIRROR[type(wire.body)].build(wire.body)
+            return Envelope(wire.src, wire.dest, body)
+        return cast("Message", _BY_MIRROR[type(top)].build(top))
+    except _REFUSED:
+        return walk.decode_message(data)
+
+
+def encode_record(record: JournalRecord) -> bytes:
+    """The bytes of one journal record."""
+    schema = _RECORDS.get(type(record))
+    data = None if schema is None else _encoded(lambda: schema.wire(record))
+    return walk.encode_record(record) if data is None else data
+
+
+def decode_record(data: bytes) -> JournalRecord:
+    """The journal record ``data`` encodes; :class:`CodecError` if it is malformed."""
+    _checked_input(data)
+    try:
+        top = _RECORD_DECODER.decode(data)
+        return cast("JournalRecord", _BY_MIRROR[type(top)].build(top))
+    except _REFUSED:
+        return walk.decode_record(data)
+
+
+__all__ = [
+    "CODEC_VERSION",
+    "ENVELOPE_TAG",
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_EXPR_DEPTH",
+    "MAX_MESSAGE_BYTES",
+    "MAX_VALUE_DEPTH",
+    "MESSAGE_TAGS",
+    "RECORD_TAGS",
+    "CodecError",
+    "decode_message",
+    "decode_record",
+    "encode_message",
+    "encode_record",
+]
