@@ -249,6 +249,14 @@ def test_ttl_rows_expire_at_execute_at_to_the_microsecond_on_cassandra(
         assert await at(e2.hlc + 2 * SECOND) == (None, None, (1, 2), ())
         assert await at(e2.hlc + 3 * SECOND - 1) == (None, None, (1, 2), ())
         assert await at(e2.hlc + 3 * SECOND) == (None, None, None, ())
+        # A LIMIT counts live rows only: expired rows Cassandra still holds come first here.
+        paged = ledger.key(["ttl-paged"])
+        writes = [WriteOp(paged, (i, "x"), clustering=(i, "t"), ttl=1) for i in range(5)]
+        await store.write([*writes, WriteOp(paged, (9, "y"), clustering=(0, "z"))], e1)
+        for reverse in (False, True):
+            first = Slice(paged, limit=1, reverse=reverse)
+            read = await store.read([first], Timestamp(1, e1.hlc + SECOND, 0, 3))
+            assert read[paged].get(first) == (((0, "z"), (9, "y")),)
 
     asyncio.run(scenario())
     # Cassandra keeps the cells the margin longer than their logical TTL.
