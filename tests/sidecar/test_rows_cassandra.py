@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 
 from accord import (
     Bound,
+    Const,
     PartitionRead,
+    PutRow,
     RowAt,
     Selection,
     Slice,
@@ -436,3 +438,25 @@ def test_the_saga_stores_nine_tables_in_one_transaction(
     with Client(sidecars.addresses()[1], timeout=30) as client:
         read = write_and_read_all_nine(client, sidecars.keyspace)
     assert len(read) == 9
+
+
+def test_cassandra_clocks_are_checked_before_ttls_are_served(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    sidecars = cassandra_sidecars
+    catalog = Catalog(tables_from_cluster(sidecars.session.cluster.metadata, [sidecars.keyspace]))
+    table = catalog.table(sidecars.keyspace, "ledger")
+    write = PutRow(table.key(["clock"]), (1, "t"), Const((1, "m")), ttl=5)
+    store = CassandraDataStore(sidecars.session, catalog)
+    # Every node on this machine shares its clock.
+    assert asyncio.run(store.check_clocks(60)) == []
+    assert store.ttl_problem(table, write, False) is None
+    # A bound the TTL margin cannot cover is refused, naming it.
+    wide = CassandraDataStore(sidecars.session, catalog)
+    assert "exceeds" in " ".join(asyncio.run(wide.check_clocks(1790)))
+    assert "max_clock_skew_seconds=1790" in (wide.ttl_problem(table, write, False) or "")
+    # A node whose clock is off by more than the bound (here: this sidecar's, an hour fast).
+    fast = CassandraDataStore(sidecars.session, catalog, clock=lambda: time.time() + 3600)
+    problems = asyncio.run(fast.check_clocks(60))
+    assert len(problems) == 3 and all("s off this sidecar's" in p for p in problems), problems
+    assert "clocks disagree" in (fast.ttl_problem(table, write, True) or "")
