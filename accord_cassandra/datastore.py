@@ -681,8 +681,10 @@ class CassandraDataStore:
         """Any write: a plain write of the table with ``USING TIMESTAMP``, no history; an
         ``INSERT`` of every column, so a TTL applies to the row (its cells and its primary
         key liveness) as the model's row TTL does."""
+        # A row written as nothing (a ``Put`` that computed None) is deleted, as in the model.
+        deleting = write.delete or (write.scope is WriteScope.ROW and write.value is None)
         if write.deletes_partition or (
-            not table.clustering and write.scope is WriteScope.ROW and write.delete
+            not table.clustering and write.scope is WriteScope.ROW and deleting
         ):
             statement = self._shaped(table, ("delete_range", 0, None, None))
             return _execute(self.session, statement, [stamp, *key_values])
@@ -705,7 +707,7 @@ class CassandraDataStore:
                 now,
             )
         prefix = self._clustering_values(table, write.clustering)
-        if write.scope is WriteScope.RANGE or write.delete:
+        if write.scope is WriteScope.RANGE or deleting:
             bounds: list[object] = []
             shape: list[object] = ["delete_range", len(prefix)]
             for bound, op in ((write.lower, ">"), (write.upper, "<")):

@@ -251,6 +251,11 @@ def test_ttl_rows_expire_at_execute_at_to_the_microsecond_on_cassandra(
         assert await at(e2.hlc + 2 * SECOND) == (None, None, (1, 2), ())
         assert await at(e2.hlc + 3 * SECOND - 1) == (None, None, (1, 2), ())
         assert await at(e2.hlc + 3 * SECOND) == (None, None, None, ())
+        # A single-row table's row written as nothing (a Put that computed None) is gone.
+        await store.write([WriteOp(single, (3, 4))], Timestamp(1, e2.hlc + 5 * SECOND, 0, 1))
+        assert await at(e2.hlc + 6 * SECOND) == (None, None, (3, 4), ())
+        await store.write([WriteOp(single, None)], Timestamp(1, e2.hlc + 7 * SECOND, 0, 1))
+        assert await at(e2.hlc + 8 * SECOND) == (None, None, None, ())
         # A LIMIT counts live rows only: expired rows Cassandra still holds come first here.
         paged = ledger.key(["ttl-paged"])
         writes = [WriteOp(paged, (i, "x"), clustering=(i, "t"), ttl=1) for i in range(5)]
