@@ -296,9 +296,12 @@ class CassandraDataStore:
         self.clock = clock
         self._prepared: dict[tuple[str, object], Any] = {}
         self.writes_executed = 0
-        # Why TTLs cannot be served now (the protocol lacks now_in_seconds, or a Cassandra
-        # node's clock is off by more than the skew TTLs assume), else None.
+        # Why TTLs cannot be served (the protocol lacks now_in_seconds), else None.
         self.ttl_refused: str | None = None
+        # Why new TTLs are refused (a Cassandra node's clock is off by more than the skew
+        # TTLs assume), else None. Not applied to a peer's transaction: its TTL was checked
+        # by the sidecar that took it, and a refusal here would split the replicas.
+        self.clock_problem: str | None = None
         version = getattr(getattr(session, "cluster", None), "protocol_version", 5)
         if not isinstance(version, int) or version < 5 or version >= 0x40:
             self.ttl_refused = (
@@ -320,6 +323,8 @@ class CassandraDataStore:
             return None
         if self.ttl_refused is not None:
             return self.ttl_refused
+        if self.clock_problem is not None and not from_peer:
+            return self.clock_problem
         longest = MAX_TTL_SECONDS - TTL_MARGIN_SECONDS
         if ttl > longest:
             return (
@@ -355,8 +360,8 @@ class CassandraDataStore:
 
     async def check_clocks(self, max_skew_seconds: float) -> list[str]:
         """Compare every Cassandra node's clock with this sidecar's; each node off by more
-        than ``max_skew_seconds`` (less the round trip) is a problem, and TTLs are refused
-        (``ttl_refused``) while any is."""
+        than ``max_skew_seconds`` (less the round trip) is a problem, and clients' TTLs are
+        refused (``clock_problem``) while any is."""
         from cassandra import DriverException
         from cassandra.cluster import NoHostAvailable
 
@@ -384,7 +389,7 @@ class CassandraDataStore:
                     f"(max_clock_skew_seconds={max_skew_seconds:g})"
                 )
         if problems:
-            self.ttl_refused = "USING TTL refused while clocks disagree: " + "; ".join(problems)
+            self.clock_problem = "USING TTL refused while clocks disagree: " + "; ".join(problems)
         return problems
 
     # ------------------------------------------------------------------ statements
