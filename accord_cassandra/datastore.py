@@ -361,12 +361,14 @@ class CassandraDataStore:
     async def check_clocks(self, max_skew_seconds: float) -> list[str]:
         """Compare every Cassandra node's clock with this sidecar's; each node off by more
         than ``max_skew_seconds`` (less the round trip) is a problem, and clients' TTLs are
-        refused (``clock_problem``) while any is."""
+        refused (``clock_problem``) while any is. A node that does not answer is reported
+        but not held against TTLs."""
         from cassandra import DriverException
         from cassandra.cluster import NoHostAvailable
 
         statement = "SELECT toUnixTimestamp(now()) FROM system.local"
         problems: list[str] = []
+        unchecked: list[str] = []
         if max_skew_seconds > max_clock_skew_for_ttl():
             problems.append(
                 f"max_clock_skew_seconds={max_skew_seconds:g} exceeds the "
@@ -379,7 +381,8 @@ class CassandraDataStore:
                     self.session.execute, statement, host=host, timeout=REQUEST_TIMEOUT_SECONDS
                 )
             except (DriverException, NoHostAvailable, OSError) as error:
-                problems.append(f"cannot read the clock of Cassandra node {host}: {error}")
+                # Unchecked, as every clock is after startup: said, not held against TTLs.
+                unchecked.append(f"cannot read the clock of Cassandra node {host}: {error}")
                 continue
             received = self.clock()
             skew = int(rows.one()[0]) / 1000 - (sent + received) / 2
@@ -390,7 +393,7 @@ class CassandraDataStore:
                 )
         if problems:
             self.clock_problem = "USING TTL refused while clocks disagree: " + "; ".join(problems)
-        return problems
+        return problems + unchecked
 
     # ------------------------------------------------------------------ statements
 

@@ -520,7 +520,7 @@ class Sidecar:
                 session, catalog, consistency=config.cassandra.consistency
             )
             for problem in await cassandra.check_clocks(config.max_clock_skew_seconds):
-                logger.warning("USING TTL refused: %s", problem)
+                logger.warning("clock check for USING TTL: %s", problem)
             catalog.ttl_check = cassandra.ttl_problem
             store = cassandra
         else:
