@@ -127,7 +127,7 @@ def test_cassandra_memory_and_model_agree_on_random_row_operations(
     def check(data: st.DataObject) -> None:
         key = table.key([f"p{next(partitions)}"])
         memory = MemoryDataStore(catalog)
-        model = NaiveModel()
+        model = NaiveModel(descending=(False, True))  # the table: c ASC, d DESC
         steps = data.draw(st.lists(batches(key), min_size=1, max_size=5))
         # Gaps between writes, in microseconds: sub-second ones put expiries mid-second.
         gaps = data.draw(
