@@ -16,9 +16,10 @@ leave a non-final transaction without a live watchdog. Two modes, chosen by
                               es_transaction. A crash after the watchdog leaves a row whose
                               transaction does not exist: restore pickup reads no
                               es_transaction and deletes the row.
-    transient failure         es_transaction status FAILED_WITH_RETRYABLE_ERROR, *then* the
-                              retry pointer. A crash in between loses only the fast path: the
-                              watchdog restores the saga after delay-windows.
+    transient failure         the retry pointer, *then* the failed tryout and the status
+                              FAILED_WITH_RETRYABLE_ERROR. A crash before the pointer is a
+                              crash mid-step (the watchdog restores the saga); after it, the
+                              pointer resumes the saga at W+1 whatever its status says.
     completion                the final status, *then* the watchdog delete. A crash in between
                               leaves a watchdog of a finished saga: pickup reads the status
                               (final) and deletes the row, never re-runs it.
@@ -126,7 +127,7 @@ class CrashPoint(StrEnum):
 
     WATCHDOG_INDEXED = "watchdog-indexed"  # Tier 1-5 written; accord: ledger not committed
     WATCHDOG_ARMED = "watchdog-armed"  # watchdog complete; es_transaction not written
-    RETRY_BEFORE_POINTER = "retry-before-pointer"  # status FAILED_*; pointer not written
+    RETRY_BEFORE_POINTER = "retry-before-pointer"  # step failed; nothing of it written yet
     RELEASE_BEFORE = "release-before"  # final status written; watchdog still there
     REARM_BEFORE_RESUME = "rearm-before-resume"  # restore pickup re-armed; not re-invoked
 

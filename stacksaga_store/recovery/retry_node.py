@@ -70,7 +70,7 @@ from stacksaga_store.recovery.directory import (
     InstanceRef,
 )
 from stacksaga_store.recovery.metrics import RecoveryMetrics
-from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text
+from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text, reader_grace
 from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost
 from stacksaga_store.saga.orchestrator import Orchestrator
@@ -252,7 +252,7 @@ class RetryNode:
         self.scope = DirectoryScope.of(settings.instance)
         self.windows = WindowMath(recovery.window_interval_minutes)
         self.lookback_days = recovery.retry.lookback_days
-        self.read_grace: timedelta = recovery.read_grace
+        self.read_grace: timedelta = reader_grace(recovery.read_grace)
         self.page_rows = page_rows
         self.compactor = compactor or Compactor(
             directory=directory,

@@ -16,7 +16,17 @@ The rule that makes readers and writers never meet:
 * writers (Standard-Nodes) put a retry pointer into ``W + 1`` and a restore watchdog into
   ``W + delay-windows``, where W is the window of their clock;
 * readers (Retry-Nodes) read only windows ``<= W`` of *their* clock, i.e. windows that have
-  started (:meth:`WindowMath.readable`).
+  started (:meth:`WindowMath.readable`), and not before :data:`READ_GRACE_FLOOR` past the
+  start (:func:`reader_grace`).
+
+Why a floor. With the seed's rule alone, a reader whose clock runs ahead of a writer's walks
+W+1, and drops its buckets, while that writer still puts pointers into W+1 believing it is
+early; such a pointer lands in a dropped bucket (its Tier-4 row gone, or its row shadowed by
+the newer partition tombstone) and the saga waits for its watchdog. Lagging by more than the
+skew, a reader only walks W+1 once every writer's clock is past W+1's start, and a writer
+that sees its pointer acknowledged after that start writes it again into a later window
+(:mod:`stacksaga_store.recovery.writer`). ``recovery.read-grace`` raises the lag further for
+clocks that may disagree by more.
 
 :meth:`WindowMath.shift` moves any number of windows across midnight and year ends (1439 + 1 is
 window 0 of the next day). Everything here is pure: the current time always comes in as an
@@ -31,7 +41,23 @@ from datetime import UTC, date, datetime, time, timedelta
 from stacksaga_store.config.settings import MINUTES_PER_DAY
 from stacksaga_store.errors import check_state
 
-__all__ = ["WindowId", "WindowMath", "date_text", "parse_date_text"]
+__all__ = [
+    "READ_GRACE_FLOOR",
+    "WindowId",
+    "WindowMath",
+    "date_text",
+    "parse_date_text",
+    "reader_grace",
+]
+
+# The least a reader lags a window's start (module docstring): more than the clock skew
+# between hosts kept by NTP, and small beside a window (1 minute at least).
+READ_GRACE_FLOOR = timedelta(seconds=5)
+
+
+def reader_grace(configured: timedelta) -> timedelta:
+    """The lag readers and Node-0's time gate use: ``recovery.read-grace``, at least the floor."""
+    return max(configured, READ_GRACE_FLOOR)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -31,9 +31,15 @@ in steady state a start costs the Tier-5 row plus the es_transaction row: 2 Cass
 window is older than the reader's window, so memory stays bounded by the windows in flight.
 
 Late writes. A retry pointer can reach Cassandra after its window W+1 started (a long pause, a
-slow network); a Retry-Node may then already have walked and dropped that window. The writer
-notices (its clock is at or past W+1's start when the row is acknowledged) and writes Tiers
-1-4 again, so the row is found on the next pass instead of waiting for the watchdog.
+slow network); a Retry-Node may then already have walked that window and dropped the bucket,
+and the bucket's partition tombstone, newer than the row's write timestamp, shadows the row
+even though it landed afterwards. The writer notices (its clock is at or past W+1's start
+when the row is acknowledged): it writes Tiers 1-4 again (a row that survived is found on the
+next pass) and writes the pointer again into the window after its clock's current one, which
+no reader has read yet, so the saga retries a window later instead of waiting for the
+watchdog. Readers lag window starts by at least ``READ_GRACE_FLOOR``
+(:mod:`stacksaga_store.recovery.windows`), so "no reader has read it" holds while clocks
+disagree by less than that.
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ from stacksaga_store.store.states import RunningStatus
 __all__ = ["RecoveryWriter", "instance_token", "new_instance_id"]
 
 logger = logging.getLogger(__name__)
+
+# A retry pointer acknowledged after its window started is written again into the next
+# window, at most this many times in all (each late one means a pause of a window or more).
+LATE_POINTER_ATTEMPTS = 3
 
 
 def new_instance_id() -> str:
@@ -167,21 +177,42 @@ class RecoveryWriter:
         return path
 
     async def schedule_retry(self, request: RetryRequest) -> None:
-        """onTransientFailure: the retry pointer at W + 1, even bucket."""
+        """onTransientFailure: the retry pointer at W + 1, even bucket (module docstring:
+        a pointer acknowledged late is written again into a window no reader has read)."""
         self._check_scope(request.key)
         self.crash.hit(CrashPoint.RETRY_BEFORE_POINTER)
         self._prune(request.failed_at)
         window = self.windows.retry_window(request.failed_at)
-        bucket = self.allocate(window, BucketKind.RETRY)
-        await self._ensure_path(bucket)
-        await self.directory.insert_entry(self.scope, bucket, request.key.transaction_id)
-        if self.clock.now() >= self.windows.start(window):
-            # Late: a reader may have walked the window already (module docstring).
+        for attempt in range(LATE_POINTER_ATTEMPTS):
+            bucket = self.allocate(window, BucketKind.RETRY)
+            await self._ensure_path(bucket)
+            await self.directory.insert_entry(self.scope, bucket, request.key.transaction_id)
+            now = self.clock.now()
+            if now < self.windows.start(window):
+                logger.debug(
+                    "retry pointer: txn=%s window=%s bucket=%d",
+                    request.key,
+                    window,
+                    bucket.bucket_index,
+                )
+                return
+            # Late: a reader may have walked the window and dropped this bucket, its
+            # partition tombstone shadowing the row (written before, landed after).
+            # Tiers 1-4 again, for a row that survived; a fresh pointer for one that did not.
             self.late_repairs += 1
-            logger.info("late retry pointer in %s: re-registering tiers 1-4", window)
+            logger.info(
+                "late retry pointer in %s (%d of %d): tiers 1-4 again",
+                window,
+                attempt + 1,
+                LATE_POINTER_ATTEMPTS,
+            )
             await self._register(bucket)
-        logger.debug(
-            "retry pointer: txn=%s window=%s bucket=%d", request.key, window, bucket.bucket_index
+            self._prune(now)
+            window = self.windows.retry_window(now)
+        logger.warning(
+            "retry pointer of %s late %d times; the restore watchdog covers it",
+            request.key,
+            LATE_POINTER_ATTEMPTS,
         )
 
     async def release_watchdog(

@@ -19,9 +19,11 @@ Contract (ordering and durability)
 * ``register_watchdog`` returns only after the watchdog row is durable. It runs *before* the
   es_transaction row is written, so a crash in between leaves a watchdog pointing at a
   transaction that does not exist; the recovery engine must drop such rows at pickup.
-* ``schedule_retry`` runs after the failed tryout and the FAILED_WITH_RETRYABLE_ERROR (or
-  REVERT_FAILED_WITH_RETRYABLE_ERROR) status are written, and must be durable on return. If it
-  raises, the restore watchdog still covers the transaction.
+* ``schedule_retry`` runs *before* the failed tryout and the FAILED_WITH_RETRYABLE_ERROR (or
+  REVERT_FAILED_WITH_RETRYABLE_ERROR) status are written, and must be durable on return: a
+  crash after it, before either write, still retries the saga in its next window (the engine
+  resumes an active saga found under a retry pointer). If it raises, nothing of the failure
+  is recorded and the restore watchdog still covers the transaction.
 * ``release_watchdog`` is best effort: the seed's restore pickup skips final statuses, so a
   watchdog that outlives its transaction costs one status read.
 * To re-invoke a transaction the engine calls ``Orchestrator.resume(transaction_id)``, which is

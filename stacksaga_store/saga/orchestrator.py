@@ -10,7 +10,8 @@ es_transaction row (STARTED) and *drives* the saga. Driving is a loop over
   (:class:`~stacksaga_store.store.protection.WriteProtection`, mode from the saga's domain). On
   success the new status and payload are written under the marker, then the tryout row is
   appended. On failure the tryout row comes first, then the status (a crash in between is
-  repaired on the next load by :meth:`_reconcile`, which trusts the history);
+  repaired on the next load by :meth:`_reconcile`, which trusts the history); a retryable
+  failure writes its retry pointer before both;
 * COMPLETE / REVERT_COMPLETE: the final status (normally already written with the last step),
   then the watchdog is released;
 * NONE: the transaction is final or parked.
@@ -483,15 +484,19 @@ class Orchestrator:
             tryout_status.value,
             text,
         )
+        if failure.retryable:
+            # The retry pointer first: once it is durable, a crash before the tryout or the
+            # status is written still retries the saga in its next window (a retry row of an
+            # active saga is resumed); written last, the same crash left it to the watchdog.
+            await self.recovery.schedule_retry(
+                RetryRequest(run.key, step.name, kind, attempt, text, now)
+            )
         await self._append(run, step.name, kind, tryout_status, now)
         run.payload = replace(run.payload, last_error=f"{step.name}: {text}")
         if failure.retryable:
             event = Event.STEP_FAILED_RETRYABLE if forward else Event.COMPENSATION_FAILED_RETRYABLE
             run.status = transition(run.status, event)
             await self.store.write_state(run.key, run.status, run.payload.encode(), now)
-            await self.recovery.schedule_retry(
-                RetryRequest(run.key, step.name, kind, attempt, text, now)
-            )
             return DeliveryOutcome.FAILED_RETRYABLE
         if forward:
             run.status = transition(run.status, Event.STEP_FAILED_PERMANENTLY)

@@ -182,3 +182,11 @@ def accord_sidecars(
 def accord_recovery(addresses: list[str]) -> dict[str, Any]:
     """Recovery settings selecting the accord commit mode with these sidecars."""
     return {"commit-mode": "accord", "accord": {"sidecars": addresses, "timeout": "20s"}}
+
+
+@pytest.fixture(params=["ordered", "accord"])
+def mode(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Recovery settings of each commit mode in turn (``accord`` starts the sidecars)."""
+    if request.param == "accord":
+        return accord_recovery(request.getfixturevalue("accord_sidecars"))
+    return {}

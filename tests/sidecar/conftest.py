@@ -138,7 +138,12 @@ def bank_sidecars_on_cassandra(
     keyspace = f"{prefix}_{uuid.uuid4().hex[:10]}"
     session = cassandra_cluster.connect()
     for statement in bank_schema(keyspace):
-        session.execute(statement, timeout=60)
+        result = session.execute(statement, timeout=60)
+        # The driver waits 10 s for the nodes to agree on the schema; loaded, they can take
+        # longer, and the next statement then reaches a node without this one's keyspace.
+        if not result.response_future.is_schema_agreed:
+            control = session.cluster.control_connection
+            assert control.wait_for_schema_agreement(wait_time=120), f"no agreement: {statement}"
     cluster = cls(
         directory,
         store="cassandra",

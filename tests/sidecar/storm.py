@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from accord_cassandra.client import AsyncClient, Transaction, TransactionError
-from accord_cassandra.cluster import LocalSidecars, metrics_of
+from accord_cassandra.cluster import LocalSidecars, metrics_of, wait_serving
 from tests.sidecar.bank import Bank, verify_ledger
 
 WATCHED = (
@@ -255,6 +255,54 @@ async def kill_storm(
     counts = Counter(int((c.at - started) / window) for c in bank.commits if c.at >= started)
     report.windows = [(i * window, counts.get(i, 0)) for i in range(n_windows)]
     return report
+
+
+async def kill_at_random(
+    cluster: LocalSidecars,
+    *,
+    kills: int,
+    seed: int,
+    gap: tuple[float, float] = (1.5, 5.0),
+    down: tuple[float, float] = (0.5, 2.0),
+    restart_deadline: float = 90.0,
+) -> list[tuple[float, str]]:
+    """``kills`` times: after a random ``gap`` s, SIGKILL a sidecar, leave it dead a random
+    ``down`` s and restart it. Every other kill hits the one just restarted while it starts
+    (mid-start or mid-replay); the others wait until it serves and hit a random one. One is
+    down at a time, so a quorum stays. Returns (monotonic time, event); the last is the last
+    restart serving."""
+    rng = random.Random(seed)
+    events: list[tuple[float, str]] = []
+    starting: tuple[int, asyncio.Task[bool]] | None = None
+    for index in range(kills):
+        if starting is not None and index % 2 == 0 and not await starting[1]:
+            tail = cluster.sidecars[starting[0]].log_tail()
+            raise RuntimeError(f"sidecar {starting[0]} did not restart; log tail:\n{tail}")
+        await asyncio.sleep(rng.uniform(*gap))
+        if starting is not None and not starting[1].done():
+            victim, what = starting[0], "kill {} while starting"
+        else:
+            victim, what = rng.choice(sorted(cluster.sidecars)), "kill {}"
+        await asyncio.to_thread(cluster.sidecars[victim].kill)
+        events.append((time.monotonic(), what.format(victim)))
+        if starting is not None:
+            await starting[1]
+        await asyncio.sleep(rng.uniform(*down))
+        sidecar = cluster.sidecars[victim]
+        sidecar.start()
+        events.append((time.monotonic(), f"restart {victim}"))
+        deadline = time.monotonic() + restart_deadline
+        serving = asyncio.create_task(
+            asyncio.to_thread(wait_serving, sidecar.address, deadline, sidecar.alive)
+        )
+        starting = (victim, serving)
+    if starting is not None:
+        victim, serving = starting
+        if not await serving:
+            tail = cluster.sidecars[victim].log_tail()
+            raise RuntimeError(f"sidecar {victim} did not restart; log tail:\n{tail}")
+        events.append((time.monotonic(), f"serving {victim}"))
+    return events
 
 
 # ------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ before the kill: replies still reach the victim, so the transactions it was coor
 run up to their Apply, which never leaves. Correct, nothing of theirs is in Cassandra and
 the survivors' recovery reads the data as it was; with ``write_before_durable`` planted
 (``ACCORD_SIDECAR_PLANTED_BUGS='["write_before_durable"]'``) the recovery reads the
-transfer's own writes and the bank's books stop balancing.
+transfer's own writes and the bank's books stop balancing: the receipts bank's and the
+clustered bank's (tests/sidecar/ledger.py) alike.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import pytest
 
 from accord_cassandra.cluster import LocalSidecars
 from accord_cassandra.launcher import CassandraHandle
-from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra
+from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra, log_tails
+from tests.sidecar.ledger import Ledger
 from tests.sidecar.test_cassandra import judge, new_bank, run_scenario, until
+from tests.sidecar.test_rows_cassandra import settle_books
 
 pytestmark = pytest.mark.cassandra
 
@@ -175,3 +178,56 @@ def test_sigkill_a_coordinator_with_its_applies_held(
     assert audited == direct
     judge(sidecars, bank, direct)
     print(f"held applies: {bank.statuses()} after {kills} kills")
+
+
+def test_sigkill_a_coordinator_with_its_applies_held_clustered_bank(
+    held_sidecars: tuple[CassandraSidecars, HeldSidecars],
+) -> None:
+    """The same kill under the clustered bank: a transfer re-executed after its writes
+    reached Cassandra debits its balance twice while its ledger row (same clustering key)
+    lands once, so the balance stops matching the sum of its ledger."""
+    sidecars, cluster = held_sidecars
+    sidecars.all_serving()
+    ledger = Ledger(
+        sidecars.addresses(), sidecars.keyspace, [f"hk{i}" for i in range(4)], seed=45, timeout=12
+    )
+    victim = cluster.sidecars[VICTIM].address
+
+    async def scenario() -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+        await ledger.setup()
+        for round_index in range(3):
+            stopped = asyncio.Event()
+            start = time.monotonic()
+            load = asyncio.create_task(
+                ledger.run(
+                    3,
+                    until=stopped.is_set,
+                    addresses=[victim],
+                    first_worker=100 + 10 * round_index,
+                )
+            )
+
+            def by_victim(start: float = start) -> int:
+                return sum(1 for at, a in ledger.answered if at > start and a == victim)
+
+            await until(lambda: by_victim() >= 10, seconds=120)
+            for forwarder in cluster.forwarders.values():
+                forwarder.hold()
+            await asyncio.sleep(1.0)  # its coordinations run up to an Apply that never leaves
+            cluster.sidecars[VICTIM].kill()
+            for forwarder in cluster.forwarders.values():
+                forwarder.drop_and_release()
+            stopped.set()
+            await load
+            await asyncio.to_thread(cluster.restart, VICTIM, 60.0)
+        return await settle_books(sidecars, ledger)
+
+    try:
+        audit = asyncio.run(scenario())
+    except BaseException:
+        print(log_tails(sidecars.cluster))
+        raise
+    summary = f"acked={len(ledger.acked)} unknown={len(ledger.unknown)}"
+    assert ledger.problems(audit) == [], summary
+    assert len(ledger.acked) >= 10, summary
+    print(f"held applies, clustered bank: {summary}")

@@ -20,10 +20,13 @@ import itertools
 import time
 
 import pytest
+from cassandra import ConsistencyLevel
+from cassandra.query import SimpleStatement
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accord import (
+    MAX_ROWS_PER_SLICE,
     Bound,
     Const,
     PartitionRead,
@@ -49,6 +52,8 @@ from accord_cassandra.schema import Catalog
 from tests.sidecar.conftest import CassandraSidecars, log_tails
 from tests.sidecar.ledger import Ledger
 from tests.sidecar.saga_tables import write_and_read_all_nine
+from tests.sidecar.storm import kill_at_random
+from tests.sidecar.test_cassandra import until
 from tests.unit.test_rows import NaiveModel
 
 pytestmark = pytest.mark.slow
@@ -368,6 +373,102 @@ def test_clustered_bank_through_the_sidecars(cassandra_sidecars: CassandraSideca
         assert direct[(src, name)] == -amount and direct[(dst, name)] == amount
 
 
+def direct_books(
+    sidecars: CassandraSidecars, accounts: list[str]
+) -> dict[str, tuple[int | None, list[tuple[str, int]]]]:
+    """Each account's balance and sorted (transfer, amount) rows straight from Cassandra."""
+    names = ", ".join(f"'{a}'" for a in accounts)
+    statement = SimpleStatement(
+        f"SELECT account, transfer, amount, balance FROM {sidecars.keyspace}.ledger "
+        f"WHERE account IN ({names})",
+        consistency_level=ConsistencyLevel.QUORUM,
+        fetch_size=5000,
+    )
+    books: dict[str, tuple[int | None, list[tuple[str, int]]]] = {}
+    for row in sidecars.session.execute(statement, timeout=60):
+        books.setdefault(row.account, (row.balance, []))[1].append((row.transfer, row.amount))
+    return {a: (balance, sorted(rows)) for a, (balance, rows) in books.items()}
+
+
+async def settle_books(
+    sidecars: CassandraSidecars, ledger: Ledger, seconds: float = 90.0
+) -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+    """Audit through the sidecars (each in turn) until Cassandra, read directly, holds the
+    same books twice in a row: transfers whose coordinator died may still be recovering."""
+    deadline = time.monotonic() + seconds
+    previous = None
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            audit = await ledger.audit(attempt)
+        except TransactionError as error:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no audit answered within {seconds} s") from error
+            await asyncio.sleep(0.5)
+            continue
+        direct = await asyncio.to_thread(direct_books, sidecars, ledger.accounts)
+        if Ledger.books(audit) == direct and direct == previous:
+            return audit
+        previous = direct
+        assert time.monotonic() < deadline, f"no quiescence: {Ledger.books(audit)} vs {direct}"
+        await asyncio.sleep(0.5)
+
+
+def test_clustered_bank_under_sigkill_of_sidecars(cassandra_sidecars: CassandraSidecars) -> None:
+    """Six clients move money while sidecars are SIGKILLed at random instants and restarted,
+    three times (the second kill hits the restarted one while it starts: kill_at_random).
+    Afterwards each balance is the sum of its ledger rows, every
+    acknowledged transfer appears exactly once in both ledgers, no refused one appears, an
+    unknown one appears whole or not at all, the total is conserved, and what the sidecars
+    read is what Cassandra holds. A double-applied transfer shows as a balance off its
+    ledger (the ledger row is idempotent, the balance update is not)."""
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    ledger = Ledger(
+        sidecars.addresses(), sidecars.keyspace, [f"k{i}" for i in range(4)], seed=7, timeout=12
+    )
+    events: list[tuple[float, str]] = []
+    started = time.monotonic()
+
+    def answered_since(moment: float) -> int:
+        return sum(1 for at, _ in ledger.answered if at > moment)
+
+    async def scenario() -> dict[str, tuple[int | None, list[dict[str, object]]]]:
+        await ledger.setup()
+        stopped = False
+        load = asyncio.create_task(ledger.run(workers=6, until=lambda: stopped))
+        try:
+            await until(lambda: len(ledger.acked) >= 5, seconds=120)
+            events.extend(await kill_at_random(sidecars.cluster, kills=3, seed=ledger.seed))
+            # Progress after the last restart, not speed: a stuck cluster hits the deadline.
+            served = events[-1][0]
+            await until(lambda: answered_since(served) >= 5, seconds=120)
+        finally:
+            stopped = True
+            await load
+        return await settle_books(sidecars, ledger)
+
+    try:
+        audit = asyncio.run(scenario())
+    except BaseException:
+        print(log_tails(sidecars.cluster))
+        raise
+    finally:
+        sidecars.all_serving()
+    unknown = len(ledger.unknown)
+    summary = (
+        f"acked={len(ledger.acked)} refused={len(ledger.refused)} unknown={unknown} "
+        f"events={[f'{at - started:.1f}s {what}' for at, what in events]} "
+        f"took {time.monotonic() - started:.1f}s errors={ledger.errors[:10]}"
+    )
+    assert ledger.problems(audit) == [], summary
+    assert [what for _, what in events if what.startswith("kill")] != [], summary
+    assert answered_since(events[-1][0]) >= 5, f"no service after the last restart: {summary}"
+    assert len(ledger.acked) >= 10, summary
+    print(f"clustered bank under SIGKILL: {summary}")
+
+
 def test_bad_clustered_input_is_invalid_argument_and_the_cluster_serves_on(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
@@ -400,6 +501,48 @@ def test_bad_clustered_input_is_invalid_argument_and_the_cluster_serves_on(
         t = Transaction()
         t.let_slice("s", ks, "ledger", "nobody")
         assert client.transact(t).slices["s"] == []
+
+
+def test_bad_slices_are_invalid_argument_naming_them_and_every_sidecar_serves_on(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    sidecars = cassandra_sidecars
+    sidecars.all_serving()
+    ks = sidecars.keyspace
+    unknown_column = Transaction()
+    unknown_column.let_slice("s", ks, "ledger", "x", column="nope", ge=1)
+    no_partition_key = Transaction()
+    no_partition_key.let_slice("s", ks, "ledger", ())
+    over_the_cap = Transaction()
+    over_the_cap.let_slice("s", ks, "ledger", "x", limit=MAX_ROWS_PER_SLICE + 1)
+    # A counter write among valid reads and writes refuses the whole transaction: the
+    # partition's static balance stays unwritten (checked below).
+    counter_among_valid = Transaction()
+    counter_among_valid.let_slice("ok", ks, "ledger", "bad-input", limit=1)
+    counter_among_valid.update(ks, "ledger", "bad-input", balance=1)
+    counter_among_valid.update(ks, "hits", "x", n=1)
+    cases = (
+        (unknown_column, f"unknown clustering column 'nope' in {ks}.ledger"),
+        (no_partition_key, f"{ks}.ledger has 1 partition key column(s) (account)"),
+        (over_the_cap, f"LIMIT {MAX_ROWS_PER_SLICE + 1} exceeds MAX_ROWS_PER_SLICE"),
+        (counter_among_valid, f"{ks}.hits.n is a counter"),
+    )
+    for index, address in enumerate(sidecars.addresses()):
+        with Client(address, timeout=30) as client:
+            for request, culprit in cases:
+                with pytest.raises(TransactionError) as caught:
+                    client.transact(request)
+                assert caught.value.code == "INVALID_ARGUMENT", caught.value.message
+                assert culprit in caught.value.message, caught.value.message
+            # It serves on: a write and a read of the partition the refused one named.
+            write = Transaction()
+            write.update(ks, "ledger", "bad-input", (index, "ok"), amount=index)
+            assert client.transact(write).applied
+            read = Transaction()
+            read.let_slice("s", ks, "ledger", "bad-input")
+            result = client.transact(read)
+            assert [r["amount"] for r in result.slices["s"]] == list(range(index, -1, -1))
+            assert result.rows["s"] is None or result.rows["s"]["balance"] is None
 
 
 def test_time_inet_and_decimal_columns_on_cassandra(cassandra_sidecars: CassandraSidecars) -> None:
