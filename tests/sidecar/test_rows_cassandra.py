@@ -132,7 +132,9 @@ def test_cassandra_memory_and_model_agree_on_random_row_operations(
     def check(data: st.DataObject) -> None:
         key = table.key([f"p{next(partitions)}"])
         memory = MemoryDataStore(catalog)
-        model = NaiveModel(descending=(False, True))  # the table: c ASC, d DESC
+        # Rows and the static row against the model; slices against the memory store (whose
+        # slices tests/unit/test_rows.py checks: the naive model sorts only integers DESC).
+        model = NaiveModel()
         steps = data.draw(st.lists(batches(key), min_size=1, max_size=5))
         # Gaps between writes, in microseconds: sub-second ones put expiries mid-second.
         gaps = data.draw(
@@ -186,7 +188,6 @@ def test_cassandra_memory_and_model_agree_on_random_row_operations(
                 assert await cassandra.read(selections, when) == got
                 for selection in slices:
                     assert isinstance(got[key].get(selection), tuple)
-                    assert got[key].get(selection) == model.slice(selection, when)
                 for ck in [(0, "a"), (1, "b")]:
                     assert got[key].get(RowAt(key, ck)) == model.row(key, ck, when)
                 assert got[key].get(StaticAt(key)) == model.static(key, when)
