@@ -23,6 +23,16 @@ re-proposes it instead of executing again (docs/accord.md, "Writes wait for a du
 outcome"). So every read that feeds an outcome runs before any write of its transaction or
 of a later conflicting one is in Cassandra. (Earlier versions kept ``accord_history`` and
 ``accord_markers`` for re-executions that read their own writes; nothing reads them now.)
+
+TTLs (docs/sidecars.md, "TTL") are judged as of executeAt, exactly as
+:class:`accord.MemoryPartitions` judges them: a row written at executeAt E with TTL t is
+visible to a read at X iff ``X.hlc < E.hlc + t``. Cassandra keeps the cell ``margin`` longer
+than that (``USING TTL t + margin``, with the query's "now" set to E's second through the
+native protocol's ``now_in_seconds``, so the expiry Cassandra stores is exactly
+``E_s + t + margin``); a read sets "now" to X's second too, so ``TTL(col)`` is exactly
+``E_s + t + margin - X_s`` and with ``WRITETIME(col)`` (E exactly) gives back t, whatever the
+clocks say. A read more than ``margin / 2`` older than this sidecar's clock is refused with
+an error result: a cell it needs could already be purged by Cassandra's real clock.
 """
 
 from __future__ import annotations
@@ -31,17 +41,29 @@ import asyncio
 import dataclasses
 import datetime
 import decimal
+import io
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, cast
 
 from accord import (
     MAX_PARTITION_READ_BYTES,
     MAX_ROWS_PER_SLICE,
+    MAX_TTL_SECONDS,
+    BinOp,
+    Const,
+    CountOf,
+    Expr,
     Key,
+    MakeTuple,
     MemoryPartitions,
     PartitionRead,
+    PutRow,
+    PutStatic,
+    ReadOf,
     RowAt,
+    RowOf,
     Selection,
     Slice,
     StaticAt,
@@ -183,10 +205,56 @@ class MemoryDataStore:
         return None
 
 
-CASSANDRA_TTL_REFUSED = (
-    'USING TTL is not yet served by the Cassandra store (docs/sidecars.md, "TTL"); '
-    "the embedded memory store serves it"
-)
+# TTLs on the Cassandra store (docs/sidecars.md, "TTL").
+TTL_MARGIN_SECONDS = 3600
+"""How much longer than its logical expiry Cassandra keeps a TTL'd cell. A constant: every
+read decodes the logical TTL with the margin its write used."""
+LATE_READ_SECONDS = TTL_MARGIN_SECONDS // 2
+"""A read whose executeAt is older than this by the sidecar's clock is refused."""
+REQUEST_TIMEOUT_SECONDS = 10.0
+"""The driver's deadline per statement: how long after its lateness check a read may still
+be in flight."""
+CASSANDRA_MAX_EXPIRY = 2_147_483_646
+"""The latest expiry Cassandra 5.0 stores (2038-01-19T03:14:06Z, seconds since the epoch;
+``storage_compatibility_mode: CASSANDRA_4``, the 5.0 default); a later one is refused."""
+TTL_EXPIRY_HEADROOM_SECONDS = 30 * 86_400
+"""A client's TTL must expire (with the margin) this long before ``CASSANDRA_MAX_EXPIRY``:
+its transaction may be applied that much later than it was checked."""
+MAX_EXPIRED_ROWS_SKIPPED = 10_000
+"""Most logically expired rows (still kept by Cassandra for the margin) one slice skips."""
+# Native protocol v5's <now_in_seconds> query parameter, carried to the protocol handler in a
+# custom payload entry of this name (never sent to Cassandra).
+_NOW_KEY = "accord-cassandra.now-in-seconds"
+_NOW_IN_SECONDS_FLAG = 0x0100
+
+
+def max_clock_skew_for_ttl() -> float:
+    """The largest clock skew (sidecars against each other and against Cassandra's nodes)
+    under which a read refused by none of the checks still finds every cell it needs:
+    ``LATE_READ_SECONDS + skew + REQUEST_TIMEOUT_SECONDS + 1 <= TTL_MARGIN_SECONDS``."""
+    return TTL_MARGIN_SECONDS - LATE_READ_SECONDS - REQUEST_TIMEOUT_SECONDS - 1
+
+
+def read_too_late(execute_at: Timestamp, late_seconds: float) -> str:
+    return (
+        f"a read at executeAt {execute_at} arrived {late_seconds:.0f} s late (over "
+        f"{LATE_READ_SECONDS} s): a TTL'd cell it needs may be gone from Cassandra already"
+    )
+
+
+def _never_null(expr: Expr) -> bool:
+    """Whether ``expr`` can only evaluate to a value (arithmetic on a null fails the
+    transaction instead)."""
+    if isinstance(expr, Const):
+        return expr.value is not None
+    if isinstance(expr, ReadOf | RowOf):
+        return expr.default is not None
+    return isinstance(expr, BinOp | CountOf | MakeTuple)
+
+
+def _single_cell(cql_type: str) -> bool:
+    # WRITETIME and TTL of a non-frozen collection are one per element, not one per column.
+    return not cql_type.startswith(("list<", "set<", "map<"))
 
 
 def _to_driver(cql_type: str, value: object) -> object:
@@ -308,168 +376,164 @@ def _scalar_from_driver(value: object) -> object:
 
 
 class CassandraDataStore:
-    """User rows in Cassandra through cassandra-driver, prepared statements only."""
+    """User rows in Cassandra through cassandra-driver, prepared statements only.
 
-    def __init__(self, session: Any, catalog: Catalog, *, consistency: str = "QUORUM") -> None:
+    ``clock`` is this sidecar's wall clock in seconds (the lateness of a read is judged by it).
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        catalog: Catalog,
+        *,
+        consistency: str = "QUORUM",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         from cassandra import ConsistencyLevel
 
         self.session = session
         self.catalog = catalog
         self.consistency = ConsistencyLevel.name_to_value[consistency]
+        self.clock = clock
         self._prepared: dict[tuple[str, object], Any] = {}
         self.writes_executed = 0
-
-    def _statement(self, table: TableSchema, kind: str) -> Any:
-        cached = self._prepared.get((table.qualified, kind))
-        if cached is not None:
-            return cached
-        key_where = " AND ".join(f'"{name}" = ?' for name, _ in table.partition_key)
-        columns = [name for name, _ in table.columns]
-        target = f'"{table.keyspace}"."{table.table}"'
-        if kind == "select":
-            selected = ", ".join(f'"{c}"' for c in columns) or ", ".join(
-                f'"{name}"' for name, _ in table.partition_key
+        # Why TTLs cannot be served (the protocol lacks now_in_seconds), else None.
+        self.ttl_refused: str | None = None
+        # Why new TTLs are refused (a Cassandra node's clock is off by more than the skew
+        # TTLs assume), else None. Not applied to a peer's transaction: its TTL was checked
+        # by the sidecar that took it, and a refusal here would split the replicas.
+        self.clock_problem: str | None = None
+        version = getattr(getattr(session, "cluster", None), "protocol_version", 5)
+        if not isinstance(version, int) or version < 5 or version >= 0x40:
+            self.ttl_refused = (
+                f"USING TTL needs native protocol v5 (its now_in_seconds); "
+                f"the session speaks {version!r}"
             )
-            cql = f"SELECT {selected} FROM {target} WHERE {key_where}"
-        elif kind == "insert":
-            names = [name for name, _ in table.partition_key] + columns
-            quoted = ", ".join(f'"{n}"' for n in names)
-            markers = ", ".join("?" for _ in names)
-            cql = f"INSERT INTO {target} ({quoted}) VALUES ({markers}) USING TIMESTAMP ?"
-        elif kind == "delete":
-            cql = f"DELETE FROM {target} USING TIMESTAMP ? WHERE {key_where}"
-        else:
-            raise ValueError(f"unknown statement kind {kind!r}")
-        statement = self.session.prepare(cql)
-        statement.consistency_level = self.consistency
-        self._prepared[(table.qualified, kind)] = statement
-        return statement
+        session.client_protocol_handler = _now_in_seconds_handler(session.client_protocol_handler)
+
+    # ------------------------------------------------------------------ TTL checks
+
+    def ttl_problem(
+        self, table: TableSchema, write: PutRow | PutStatic, from_peer: bool
+    ) -> str | None:
+        """Why this store cannot honour ``write``'s TTL, or None. ``from_peer``: a peer's
+        transaction, checked against the expiry bound without the client's headroom (the
+        clocks of the two sidecars may differ)."""
+        ttl = write.ttl
+        if ttl is None:
+            return None
+        if self.ttl_refused is not None:
+            return self.ttl_refused
+        if self.clock_problem is not None and not from_peer:
+            return self.clock_problem
+        longest = MAX_TTL_SECONDS - TTL_MARGIN_SECONDS
+        if ttl > longest:
+            return (
+                f"TTL {ttl} s exceeds the Cassandra store's maximum {longest} s (Cassandra's "
+                f"{MAX_TTL_SECONDS} s less the {TTL_MARGIN_SECONDS} s it keeps expired cells)"
+            )
+        headroom = 0 if from_peer else TTL_EXPIRY_HEADROOM_SECONDS
+        if self.clock() + ttl + TTL_MARGIN_SECONDS + headroom > CASSANDRA_MAX_EXPIRY:
+            return (
+                f"TTL {ttl} s would expire after 2038-01-19T03:14:06Z, the latest expiry "
+                f"Cassandra stores (with the {TTL_MARGIN_SECONDS} s margin and "
+                f"{headroom // 86_400} days' headroom)"
+            )
+        static = isinstance(write, PutStatic)
+        columns = table.static if static else table.columns
+        value = write.value
+        items: tuple[Expr, ...] = ()
+        if isinstance(value, MakeTuple):
+            items = value.items
+        elif isinstance(value, Const) and isinstance(value.value, tuple):
+            items = tuple(Const(item) for item in value.value)
+        if not any(
+            _never_null(item) and _single_cell(cql_type)
+            for item, (_, cql_type) in zip(items, columns, strict=False)
+        ):
+            kind = "static" if static else "regular"
+            return (
+                f"{table.qualified}: USING TTL on the Cassandra store needs a {kind} column "
+                "set to a value that cannot be null (a literal, arithmetic or a count): "
+                "the row's expiry is read back from that cell's TTL"
+            )
+        return None
+
+    async def check_clocks(self, max_skew_seconds: float) -> list[str]:
+        """Compare every Cassandra node's clock with this sidecar's; each node off by more
+        than ``max_skew_seconds`` (less the round trip) is a problem, and clients' TTLs are
+        refused (``clock_problem``) while any is. A node that does not answer is reported
+        but not held against TTLs."""
+        from cassandra import DriverException
+        from cassandra.cluster import NoHostAvailable
+
+        statement = "SELECT toUnixTimestamp(now()) FROM system.local"
+        problems: list[str] = []
+        unchecked: list[str] = []
+        if max_skew_seconds > max_clock_skew_for_ttl():
+            problems.append(
+                f"max_clock_skew_seconds={max_skew_seconds:g} exceeds the "
+                f"{max_clock_skew_for_ttl():g} s the TTL margin tolerates"
+            )
+        for host in list(self.session.cluster.metadata.all_hosts()):
+            sent = self.clock()
+            try:
+                rows = await asyncio.to_thread(
+                    self.session.execute, statement, host=host, timeout=REQUEST_TIMEOUT_SECONDS
+                )
+            except (DriverException, NoHostAvailable, OSError) as error:
+                # Unchecked, as every clock is after startup: said, not held against TTLs.
+                unchecked.append(f"cannot read the clock of Cassandra node {host}: {error}")
+                continue
+            received = self.clock()
+            skew = int(rows.one()[0]) / 1000 - (sent + received) / 2
+            if abs(skew) > max_skew_seconds - (received - sent) / 2:
+                problems.append(
+                    f"Cassandra node {host}'s clock is {skew:+.1f} s off this sidecar's "
+                    f"(max_clock_skew_seconds={max_skew_seconds:g})"
+                )
+        if problems:
+            self.clock_problem = "USING TTL refused while clocks disagree: " + "; ".join(problems)
+        return problems + unchecked
+
+    # ------------------------------------------------------------------ statements
 
     def _key_values(self, table: TableSchema, key: Key) -> list[object]:
         values = partition_values(table, routing_key_of(key))
         return [_to_driver(t, v) for (_, t), v in zip(table.partition_key, values, strict=True)]
 
-    async def read(
-        self, selections: Sequence[Selection], execute_at: Timestamp
-    ) -> dict[Key, PartitionRead]:
-        by_key: dict[Key, list[Selection]] = {}
-        for selection in selections:
-            by_key.setdefault(selection.key, []).append(selection)
-
-        async def one(key: Key, asked: list[Selection]) -> tuple[Key, PartitionRead]:
-            table = self.catalog.for_key(key)
-            unique = list(dict.fromkeys(asked))
-            answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
-            results: list[tuple[Selection, object]] = []
-            size = 0
-            for selection, (value, error) in zip(unique, answers, strict=True):
-                if error is not None:
-                    return key, PartitionRead((), error)
-                size += value_size(value)
-                if size > MAX_PARTITION_READ_BYTES:
-                    return key, PartitionRead((), partition_too_large(key))
-                results.append((selection, value))
-            return key, PartitionRead(tuple(results))
-
-        return dict(await asyncio.gather(*(one(k, a) for k, a in by_key.items())))
-
-    async def _select(
-        self, table: TableSchema, selection: Selection, execute_at: Timestamp
-    ) -> tuple[object, str | None]:
-        key_values = self._key_values(table, selection.key)
-        if isinstance(selection, RowAt):
-            if not selection.clustering and not table.clustering:
-                return await self._read_single_row(table, selection.key, execute_at), None
-            if len(selection.clustering) != len(table.clustering):
-                return None, None  # no row has that clustering key
-            clustering = self._clustering_values(table, selection.clustering)
-            statement = self._shaped(table, ("row",))
-            rows = await _execute(self.session, statement, [*key_values, *clustering])
-            return (self._row(rows[0], 0, table.columns) if rows else None), None
-        if isinstance(selection, StaticAt):
-            if not table.static:
-                return None, None
-            rows = await _execute(self.session, self._shaped(table, ("static",)), key_values)
-            if not rows:
-                return None, None
-            value = self._row(rows[0], 0, table.static)
-            return (None if all(v is None for v in value) else value), None
-        return await self._slice(table, selection, key_values)
-
-    async def _slice(
-        self, table: TableSchema, selection: Slice, key_values: list[object]
-    ) -> tuple[object, str | None]:
-        if not table.clustering:
-            # One row at (): the slice of a single-row partition.
-            rows = await _execute(self.session, self._shaped(table, ("whole",)), key_values)
-            found = () if not rows else (((), self._row(rows[0], 0, table.columns)),)
-            matching = (
-                found if in_slice((), selection.prefix, selection.lower, selection.upper) else ()
-            )
-            return matching[: selection.limit or MAX_ROWS_PER_SLICE], None
-        prefix = self._clustering_values(table, selection.prefix)
-        if len(prefix) > len(table.clustering) or (
-            len(prefix) == len(table.clustering)
-            and (selection.lower is not None or selection.upper is not None)
-        ):
-            return (), None
-        ranged = len(prefix)
-        bounds: list[object] = []
-        shape: list[object] = ["slice", len(prefix)]
-        for bound, op in ((selection.lower, ">"), (selection.upper, "<")):
-            if bound is None:
-                shape.append(None)
-                continue
-            shape.append(op + ("=" if bound.inclusive else ""))
-            bounds.append(_to_driver(table.clustering[ranged][1], bound.value))
-        shape.append(selection.reverse)
-        fetch = (selection.limit or MAX_ROWS_PER_SLICE) + (0 if selection.limit else 1)
-        statement = self._shaped(table, tuple(shape))
-        rows = await _execute(self.session, statement, [*key_values, *prefix, *bounds, fetch])
-        if selection.limit is None and len(rows) > MAX_ROWS_PER_SLICE:
-            return None, slice_too_large(selection.key)
-        width = len(table.clustering)
-        out = tuple(
-            (
-                tuple(_from_driver(row[i], table.clustering[i][1]) for i in range(width)),
-                self._row(row, width, table.columns),
-            )
-            for row in rows
-            # A partition holding only static columns reads as one row of null clustering.
-            if row[0] is not None
-        )
-        return out, None
-
     @staticmethod
-    def _row(row: Any, start: int, columns: Sequence[tuple[str, str]]) -> tuple[object, ...]:
-        return tuple(_from_driver(row[start + i], t) for i, (_, t) in enumerate(columns))
+    def _timed(columns: tuple[tuple[str, str], ...]) -> list[int]:
+        """Indexes of the columns whose WRITETIME and TTL a read selects."""
+        return [i for i, (_, cql_type) in enumerate(columns) if _single_cell(cql_type)]
 
-    def _clustering_values(self, table: TableSchema, values: tuple[object, ...]) -> list[object]:
-        return [
-            _to_driver(cql_type, value)
-            for (_, cql_type, _), value in zip(table.clustering, values, strict=False)
-        ]
+    def _selectors(self, table: TableSchema, columns: tuple[tuple[str, str], ...]) -> list[str]:
+        names = [f'"{name}"' for name, _ in columns]
+        for i in self._timed(columns):
+            name = columns[i][0]
+            names += [f'WRITETIME("{name}")', f'TTL("{name}")']
+        return names
 
     def _shaped(self, table: TableSchema, shape: tuple[object, ...]) -> Any:
         """A prepared statement for reads and writes of rows by clustering key: plain reads
-        and writes of the table (no history)."""
+        and writes of the table (no history). Reads select each column's WRITETIME and TTL
+        after the columns (TTLs are judged as of executeAt from them)."""
         cached = self._prepared.get((table.qualified, shape))
         if cached is not None:
             return cached
         target = f'"{table.keyspace}"."{table.table}"'
         key_where = [f'"{name}" = ?' for name, _ in table.partition_key]
         ck_names = [name for name, _, _ in table.clustering]
-        regular = [f'"{name}"' for name, _ in table.columns]
+        regular = self._selectors(table, table.columns) or [f'"{table.partition_key[0][0]}"']
         kind = shape[0]
+        using = "USING TIMESTAMP ? AND TTL ?" if shape[-1] == "ttl" else "USING TIMESTAMP ?"
         if kind == "row":
             where = key_where + [f'"{n}" = ?' for n in ck_names]
-            cql = f"SELECT {', '.join(regular) or '*'} FROM {target} WHERE {' AND '.join(where)}"
+            cql = f"SELECT {', '.join(regular)} FROM {target} WHERE {' AND '.join(where)}"
         elif kind == "whole":
-            cql = (
-                f"SELECT {', '.join(regular) or '*'} FROM {target} WHERE {' AND '.join(key_where)}"
-            )
+            cql = f"SELECT {', '.join(regular)} FROM {target} WHERE {' AND '.join(key_where)}"
         elif kind == "static":
-            statics = ", ".join(f'"{name}"' for name, _ in table.static)
+            statics = ", ".join(self._selectors(table, table.static))
             cql = f"SELECT {statics} FROM {target} WHERE {' AND '.join(key_where)} LIMIT 1"
         elif kind == "slice":
             _, prefix_len, lower, upper, reverse = shape
@@ -479,7 +543,9 @@ class CassandraDataStore:
                 where.append(f'"{ck_names[prefix_len]}" {lower} ?')
             if upper is not None:
                 where.append(f'"{ck_names[prefix_len]}" {upper} ?')
-            selected = ", ".join([f'"{n}"' for n in ck_names] + regular)
+            selected = ", ".join(
+                [f'"{n}"' for n in ck_names] + self._selectors(table, table.columns)
+            )
             order = ""
             if reverse:
                 flipped = [
@@ -493,15 +559,13 @@ class CassandraDataStore:
             names += [name for name, _ in table.columns]
             quoted = ", ".join(f'"{n}"' for n in names)
             cql = (
-                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) "
-                "USING TIMESTAMP ?"
+                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) {using}"
             )
         elif kind == "put_static":
             names = [name for name, _ in table.partition_key] + [n for n, _ in table.static]
             quoted = ", ".join(f'"{n}"' for n in names)
             cql = (
-                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) "
-                "USING TIMESTAMP ?"
+                f"INSERT INTO {target} ({quoted}) VALUES ({', '.join('?' for _ in names)}) {using}"
             )
         elif kind == "delete_static":
             statics = ", ".join(f'"{name}"' for name, _ in table.static)
@@ -524,15 +588,172 @@ class CassandraDataStore:
         self._prepared[(table.qualified, shape)] = statement
         return statement
 
-    async def _read_single_row(self, table: TableSchema, key: Key, execute_at: Timestamp) -> object:
-        # A plain read of the table: writes land only once their transaction's outcome is
-        # durable, so nothing at or after this read's executeAt is visible (module docstring).
-        rows = await _execute(
-            self.session, self._statement(table, "select"), self._key_values(table, key)
+    # ------------------------------------------------------------------ reads
+
+    async def read(
+        self, selections: Sequence[Selection], execute_at: Timestamp
+    ) -> dict[Key, PartitionRead]:
+        by_key: dict[Key, list[Selection]] = {}
+        for selection in selections:
+            by_key.setdefault(selection.key, []).append(selection)
+        late = self.clock() - execute_at.hlc / 1_000_000
+        if late > LATE_READ_SECONDS:
+            # A cell this read needs may already be purged (docs/sidecars.md, "TTL"): an
+            # error result, so the transaction completes (failing, writing nothing) instead
+            # of waiting forever; the outcome chosen is the only one any client sees.
+            error = read_too_late(execute_at, late)
+            return {key: PartitionRead((), error) for key in by_key}
+
+        async def one(key: Key, asked: list[Selection]) -> tuple[Key, PartitionRead]:
+            table = self.catalog.for_key(key)
+            unique = list(dict.fromkeys(asked))
+            answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
+            results: list[tuple[Selection, object]] = []
+            size = 0
+            for selection, (value, error) in zip(unique, answers, strict=True):
+                if error is not None:
+                    return key, PartitionRead((), error)
+                size += value_size(value)
+                if size > MAX_PARTITION_READ_BYTES:
+                    return key, PartitionRead((), partition_too_large(key))
+                results.append((selection, value))
+            return key, PartitionRead(tuple(results))
+
+        return dict(await asyncio.gather(*(one(k, a) for k, a in by_key.items())))
+
+    def _live(
+        self,
+        row: Any,
+        start: int,
+        columns: tuple[tuple[str, str], ...],
+        execute_at: Timestamp,
+    ) -> bool:
+        """Whether the row read from ``start`` (its columns, then each timed column's
+        WRITETIME and TTL) is live as of ``execute_at``: TTL judged as of executeAt.
+
+        Every write sets every column, so all non-null cells of a row carry its newest
+        write's timestamp and TTL. Reads run with now = X_s (X = execute_at), and a TTL'd
+        write landed with now = E_s and TTL t + margin, so ``TTL(col) = E_s + t + margin -
+        X_s`` exactly and ``t`` follows, whatever any clock says."""
+        meta = start + len(columns)
+        for j, i in enumerate(self._timed(columns)):
+            if row[start + i] is None:
+                continue
+            remaining = row[meta + 2 * j + 1]
+            if remaining is None:
+                return True
+            written = (int(row[meta + 2 * j]) >> (NODE_BITS + FLAG_BITS)) + HLC_BASE_MICROS
+            ttl = int(remaining) + execute_at.hlc // 1_000_000 - written // 1_000_000
+            ttl -= TTL_MARGIN_SECONDS
+            return execute_at.hlc < written + ttl * 1_000_000
+        return True
+
+    async def _select(
+        self, table: TableSchema, selection: Selection, execute_at: Timestamp
+    ) -> tuple[object, str | None]:
+        key_values = self._key_values(table, selection.key)
+        now = execute_at.hlc // 1_000_000
+        if isinstance(selection, RowAt):
+            if not table.clustering:
+                if selection.clustering:
+                    return None, None
+                statement = self._shaped(table, ("whole",))
+                rows = await _execute(self.session, statement, key_values, now)
+            elif len(selection.clustering) != len(table.clustering):
+                return None, None  # no row has that clustering key
+            else:
+                clustering = self._clustering_values(table, selection.clustering)
+                statement = self._shaped(table, ("row",))
+                rows = await _execute(self.session, statement, [*key_values, *clustering], now)
+            if not rows or not self._live(rows[0], 0, table.columns, execute_at):
+                return None, None
+            return self._row(rows[0], 0, table.columns), None
+        if isinstance(selection, StaticAt):
+            if not table.static:
+                return None, None
+            rows = await _execute(self.session, self._shaped(table, ("static",)), key_values, now)
+            if not rows or not self._live(rows[0], 0, table.static, execute_at):
+                return None, None
+            value = self._row(rows[0], 0, table.static)
+            return (None if all(v is None for v in value) else value), None
+        return await self._slice(table, selection, key_values, execute_at)
+
+    async def _slice(
+        self, table: TableSchema, selection: Slice, key_values: list[object], execute_at: Timestamp
+    ) -> tuple[object, str | None]:
+        now = execute_at.hlc // 1_000_000
+        if not table.clustering:
+            # One row at (): the slice of a single-row partition.
+            rows = await _execute(self.session, self._shaped(table, ("whole",)), key_values, now)
+            alive = bool(rows) and self._live(rows[0], 0, table.columns, execute_at)
+            found = (((), self._row(rows[0], 0, table.columns)),) if alive else ()
+            matching = (
+                found if in_slice((), selection.prefix, selection.lower, selection.upper) else ()
+            )
+            return matching[: selection.limit or MAX_ROWS_PER_SLICE], None
+        prefix = self._clustering_values(table, selection.prefix)
+        if len(prefix) > len(table.clustering) or (
+            len(prefix) == len(table.clustering)
+            and (selection.lower is not None or selection.upper is not None)
+        ):
+            return (), None
+        ranged = len(prefix)
+        bounds: list[object] = []
+        shape: list[object] = ["slice", len(prefix)]
+        for bound, op in ((selection.lower, ">"), (selection.upper, "<")):
+            if bound is None:
+                shape.append(None)
+                continue
+            shape.append(op + ("=" if bound.inclusive else ""))
+            bounds.append(_to_driver(table.clustering[ranged][1], bound.value))
+        shape.append(selection.reverse)
+        fetch = (selection.limit or MAX_ROWS_PER_SLICE) + (0 if selection.limit else 1)
+        # Cassandra still holds rows whose TTL ran out as of executeAt (for the margin): page
+        # past them, at most MAX_EXPIRED_ROWS_SKIPPED of them.
+        scan = fetch + MAX_EXPIRED_ROWS_SKIPPED
+        statement = self._shaped(table, tuple(shape))
+        width = len(table.clustering)
+        live: list[Any] = []
+        scanned = 0
+        async for page in _execute_pages(
+            self.session, statement, [*key_values, *prefix, *bounds, scan], fetch, now
+        ):
+            scanned += len(page)
+            # A partition holding only static columns reads as one row of null clustering.
+            live += [
+                row
+                for row in page
+                if row[0] is not None and self._live(row, width, table.columns, execute_at)
+            ]
+            if len(live) >= fetch:
+                break
+        if len(live) < fetch and scanned >= scan:
+            return None, (
+                f"a slice of {selection.key.name} skips more than MAX_EXPIRED_ROWS_SKIPPED="
+                f"{MAX_EXPIRED_ROWS_SKIPPED} rows whose TTL ran out; give it a narrower range"
+            )
+        if selection.limit is None and len(live) > MAX_ROWS_PER_SLICE:
+            return None, slice_too_large(selection.key)
+        out = tuple(
+            (
+                tuple(_from_driver(row[i], table.clustering[i][1]) for i in range(width)),
+                self._row(row, width, table.columns),
+            )
+            for row in live[:fetch]
         )
-        if not rows:
-            return None
-        return self._row(rows[0], 0, table.columns)
+        return out, None
+
+    @staticmethod
+    def _row(row: Any, start: int, columns: Sequence[tuple[str, str]]) -> tuple[object, ...]:
+        return tuple(_from_driver(row[start + i], t) for i, (_, t) in enumerate(columns))
+
+    def _clustering_values(self, table: TableSchema, values: tuple[object, ...]) -> list[object]:
+        return [
+            _to_driver(cql_type, value)
+            for (_, cql_type, _), value in zip(table.clustering, values, strict=False)
+        ]
+
+    # ------------------------------------------------------------------ writes
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
         stamp = write_timestamp(execute_at)
@@ -540,39 +761,48 @@ class CassandraDataStore:
         for write in writes:
             table = self.catalog.for_key(write.key)
             key_values = self._key_values(table, write.key)
-            if table.clustering or write.scope is not WriteScope.ROW or write.clustering:
-                data.append(self._write_rows(table, write, key_values, stamp))
-                continue
-            if write.delete or write.value is None:
-                data.append(
-                    _execute(self.session, self._statement(table, "delete"), [stamp, *key_values])
-                )
-                continue
-            row = write.value
-            if not isinstance(row, tuple) or len(row) != len(table.columns):
-                raise ValueError(
-                    f"{table.qualified}: a row needs {len(table.columns)} values, got {row!r}"
-                )
-            values = [_to_driver(t, v) for (_, t), v in zip(table.columns, row, strict=True)]
-            data.append(
-                _execute(
-                    self.session, self._statement(table, "insert"), [*key_values, *values, stamp]
-                )
-            )
+            data.append(self._write_rows(table, write, key_values, stamp, execute_at))
         await asyncio.gather(*data)
         self.writes_executed += len(data)
 
+    def _physical_ttl(self, ttl: int, execute_at: Timestamp) -> tuple[int, int]:
+        """The "now" (E's second) and TTL a write of logical ``ttl`` lands with: Cassandra
+        stores the expiry ``E_s + ttl + TTL_MARGIN_SECONDS``.
+
+        The caps only keep a write Cassandra would refuse from being retried forever; the
+        client API and the peer checks refuse every TTL that needs them (``ttl_problem``)."""
+        written = execute_at.hlc // 1_000_000
+        latest = (
+            CASSANDRA_MAX_EXPIRY - 1 - max(written, int(self.clock() + max_clock_skew_for_ttl()))
+        )
+        physical = max(1, min(ttl + TTL_MARGIN_SECONDS, MAX_TTL_SECONDS, latest))
+        return written, physical
+
     def _write_rows(
-        self, table: TableSchema, write: WriteOp, key_values: list[object], stamp: int
+        self,
+        table: TableSchema,
+        write: WriteOp,
+        key_values: list[object],
+        stamp: int,
+        execute_at: Timestamp,
     ) -> Any:
-        """A write of a clustered table, a static row, a range or a partition: a plain
-        write of the table with ``USING TIMESTAMP``, no history."""
+        """Any write: a plain write of the table with ``USING TIMESTAMP``, no history; an
+        ``INSERT`` of every column, so a TTL applies to the row (its cells and its primary
+        key liveness) as the model's row TTL does."""
+        # A row written as nothing (a ``Put`` that computed None) is deleted, as in the model.
+        deleting = write.delete or (write.scope is WriteScope.ROW and write.value is None)
+        if write.deletes_partition or (
+            not table.clustering and write.scope is WriteScope.ROW and deleting
+        ):
+            statement = self._shaped(table, ("delete_range", 0, None, None))
+            return _execute(self.session, statement, [stamp, *key_values])
+        timing: list[object] = [stamp]
+        now: int | None = None
+        ttl_shape: tuple[str, ...] = ()
         if write.ttl is not None:
-            # Refused by the client API before commit (translate.py); a peer's write with a
-            # TTL is refused by the input checks. See docs/sidecars.md, "TTL".
-            raise ValueError(f"{table.qualified}: the Cassandra store does not take TTLs")
-        if write.scope is WriteScope.PARTITION:
-            return _execute(self.session, self._statement(table, "delete"), [stamp, *key_values])
+            now, physical = self._physical_ttl(write.ttl, execute_at)
+            timing.append(physical)
+            ttl_shape = ("ttl",)
         if write.scope is WriteScope.STATIC:
             if write.delete:
                 statement = self._shaped(table, ("delete_static",))
@@ -580,11 +810,12 @@ class CassandraDataStore:
             statics = _checked_row(table, write.value, table.static)
             return _execute(
                 self.session,
-                self._shaped(table, ("put_static",)),
-                [*key_values, *statics, stamp],
+                self._shaped(table, ("put_static", *ttl_shape)),
+                [*key_values, *statics, *timing],
+                now,
             )
         prefix = self._clustering_values(table, write.clustering)
-        if write.scope is WriteScope.RANGE or write.delete:
+        if write.scope is WriteScope.RANGE or deleting:
             bounds: list[object] = []
             shape: list[object] = ["delete_range", len(prefix)]
             for bound, op in ((write.lower, ">"), (write.upper, "<")):
@@ -597,7 +828,10 @@ class CassandraDataStore:
             return _execute(self.session, statement, [stamp, *key_values, *prefix, *bounds])
         row = _checked_row(table, write.value, table.columns)
         return _execute(
-            self.session, self._shaped(table, ("put_row",)), [*key_values, *prefix, *row, stamp]
+            self.session,
+            self._shaped(table, ("put_row", *ttl_shape)),
+            [*key_values, *prefix, *row, *timing],
+            now,
         )
 
     async def close(self) -> None:
@@ -618,8 +852,17 @@ def _checked_row(
     return [_to_driver(t, v) for (_, t), v in zip(columns, value, strict=True)]
 
 
-async def _execute(session: Any, statement: Any, values: Sequence[object]) -> list[Any]:
-    """Run a prepared statement and await its rows from the driver's I/O thread."""
+def _now_payload(now_in_seconds: int | None) -> dict[str, bytes] | None:
+    if now_in_seconds is None:
+        return None
+    return {_NOW_KEY: now_in_seconds.to_bytes(8, "big", signed=True)}
+
+
+async def _execute(
+    session: Any, statement: Any, values: Sequence[object], now_in_seconds: int | None = None
+) -> list[Any]:
+    """Run a prepared statement and await its rows from the driver's I/O thread; with
+    ``now_in_seconds``, Cassandra takes that as the current time (TTLs, expiry)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[list[Any]] = loop.create_future()
 
@@ -629,9 +872,100 @@ async def _execute(session: Any, statement: Any, values: Sequence[object]) -> li
     def failed(error: BaseException) -> None:
         loop.call_soon_threadsafe(_settle, future, None, error)
 
-    response = session.execute_async(statement, list(values))
+    response = session.execute_async(
+        statement,
+        list(values),
+        custom_payload=_now_payload(now_in_seconds),
+        timeout=REQUEST_TIMEOUT_SECONDS,
+    )
     response.add_callbacks(done, failed)
     return await future
+
+
+async def _execute_pages(
+    session: Any, statement: Any, values: Sequence[object], page: int, now_in_seconds: int
+) -> AsyncIterator[list[Any]]:
+    """The pages (``page`` rows each) of a prepared read, fetched one at a time as the
+    caller asks for the next."""
+    loop = asyncio.get_running_loop()
+    pages: asyncio.Queue[tuple[list[Any], BaseException | None]] = asyncio.Queue()
+    bound = statement.bind(list(values))
+    bound.fetch_size = page
+    response = session.execute_async(
+        bound, custom_payload=_now_payload(now_in_seconds), timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    # The driver calls these once per page it fetches.
+    response.add_callbacks(
+        lambda rows: loop.call_soon_threadsafe(pages.put_nowait, (list(rows or []), None)),
+        lambda error: loop.call_soon_threadsafe(pages.put_nowait, ([], error)),
+    )
+    while True:
+        rows, error = await pages.get()
+        if error is not None:
+            raise error
+        yield rows
+        if not response.has_more_pages:
+            return
+        response.start_fetching_next_page()
+
+
+def _now_in_seconds_handler(base: Any) -> Any:
+    """``base`` (a driver protocol handler), sending an EXECUTE whose custom payload names a
+    "now" with native protocol v5's ``now_in_seconds`` instead: Cassandra then computes a
+    TTL'd cell's expiry, and ``TTL(col)``, from that time rather than its own clock."""
+    from cassandra.protocol import ExecuteMessage, ProtocolVersion, write_int, write_string
+
+    if getattr(base, "accord_now_in_seconds", False):
+        return base
+
+    class AtNow:
+        """An EXECUTE message carrying now_in_seconds (the driver has no field for it)."""
+
+        def __init__(self, message: Any, now: int) -> None:
+            self.message = message
+            self.now = now
+            self.opcode = message.opcode
+            self.tracing = message.tracing
+            rest = {k: v for k, v in message.custom_payload.items() if k != _NOW_KEY}
+            self.custom_payload = rest or None
+
+        def send_body(self, f: Any, protocol_version: int) -> None:
+            if not ProtocolVersion.uses_int_query_flags(protocol_version):
+                raise ValueError(f"now_in_seconds needs protocol v5, not v{protocol_version}")
+            message = self.message
+            write_string(f, message.query_id)
+            if ProtocolVersion.uses_prepared_metadata(protocol_version):
+                write_string(f, message.result_metadata_id)
+            params = io.BytesIO()
+            message._write_query_params(params, protocol_version)
+            body = bytearray(params.getvalue())
+            # <consistency>[short] <flags>[int] ... then <now_in_seconds>[int] comes last.
+            flags = int.from_bytes(body[2:6], "big") | _NOW_IN_SECONDS_FLAG
+            body[2:6] = flags.to_bytes(4, "big")
+            f.write(bytes(body))
+            write_int(f, self.now)
+
+    class Handler(base):  # type: ignore[misc]
+        accord_now_in_seconds = True
+
+        @classmethod
+        def encode_message(
+            cls,
+            msg: Any,
+            stream_id: int,
+            protocol_version: int,
+            compressor: Any,
+            allow_beta_protocol_version: bool,
+        ) -> Any:
+            payload = msg.custom_payload
+            if isinstance(msg, ExecuteMessage) and payload and _NOW_KEY in payload:
+                now = int.from_bytes(payload[_NOW_KEY], "big", signed=True)
+                msg = AtNow(msg, now)
+            return super().encode_message(
+                msg, stream_id, protocol_version, compressor, allow_beta_protocol_version
+            )
+
+    return Handler
 
 
 def _settle(

@@ -20,7 +20,7 @@ import ipaddress
 import math
 import struct
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -640,8 +640,9 @@ class Catalog:
         self, tables: Sequence[TableSchema] = (), unusable: Mapping[str, str] | None = None
     ) -> None:
         self._tables: dict[str, TableSchema] = {t.qualified: t for t in tables}
-        # Why writes with a TTL are refused, when the store cannot honour them.
-        self.ttl_refused: str | None = None
+        # The store's say on a TTL'd write (table, write, from a peer): why it cannot be
+        # honoured, or None; unset, every TTL within the core's bounds is (the memory store).
+        self.ttl_check: Callable[[TableSchema, PutRow | PutStatic, bool], str | None] | None = None
         # Tables that exist but cannot be served, with the reason (named in errors).
         self.unusable: dict[str, str] = dict(unusable or {})
 
@@ -783,8 +784,10 @@ def check_txn_write(catalog: Catalog, write: object) -> None:
         width = len(table.static if isinstance(write, PutStatic) else table.columns)
         if isinstance(write.value, MakeTuple) and len(write.value.items) != width:
             raise SchemaError(f"{table.qualified}: a row of the wrong width")
-        if write.ttl is not None and catalog.ttl_refused is not None:
-            raise SchemaError(catalog.ttl_refused)
+        if write.ttl is not None and catalog.ttl_check is not None:
+            problem = catalog.ttl_check(table, write, True)
+            if problem is not None:
+                raise SchemaError(problem)
 
 
 def routing_key_of(key: Key) -> bytes:

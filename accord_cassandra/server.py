@@ -33,7 +33,6 @@ from accord.messages.validate import InvalidMessage, MessageLimits
 from accord.testing import Bugs
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
-    CASSANDRA_TTL_REFUSED,
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
@@ -467,8 +466,6 @@ def peer_data_check(catalog: Catalog) -> Callable[[Envelope], None]:
                             check_type(f"{table.qualified}.{name}", cql_type, item.value)
             for write in getattr(body, "writes", None) or ():
                 check_write(table_of(write.key), write)
-                if write.ttl is not None and catalog.ttl_refused is not None:
-                    raise SchemaError(catalog.ttl_refused)
         except SchemaError as error:
             raise InvalidMessage(f"{type(body).__name__}: {error}") from None
 
@@ -560,8 +557,13 @@ class Sidecar:
             for name, why in sorted(unusable.items()):
                 logger.warning("table %s is not served: %s", name, why)
             catalog = Catalog(tables, unusable)
-            catalog.ttl_refused = CASSANDRA_TTL_REFUSED
-            store = CassandraDataStore(session, catalog, consistency=config.cassandra.consistency)
+            cassandra = CassandraDataStore(
+                session, catalog, consistency=config.cassandra.consistency
+            )
+            for problem in await cassandra.check_clocks(config.max_clock_skew_seconds):
+                logger.warning("clock check for USING TTL: %s", problem)
+            catalog.ttl_check = cassandra.ttl_problem
+            store = cassandra
         else:
             catalog = Catalog.from_mapping(config.tables)
             store = MemoryDataStore(catalog)

@@ -533,6 +533,11 @@ def _writes(
     def add(target: tuple[object, ...], write: _Write, index: int, ref: pb.RowRef) -> None:
         if target in writes:
             raise RequestError(f"mutation {index}: row {_describe_row(ref)} is mutated twice")
+        check = builder.catalog.ttl_check
+        if isinstance(write, PutRow | PutStatic) and write.ttl is not None and check is not None:
+            problem = check(builder.catalog.for_key(write.key), write, False)
+            if problem is not None:
+                raise RequestError(f"mutation {index}: {problem}")
         writes[target] = write
 
     for index, mutation in enumerate(request.mutations):
@@ -548,8 +553,6 @@ def _writes(
                 raise RequestError(
                     f"mutation {index}: TTL {ttl} exceeds the maximum {MAX_TTL_SECONDS} s"
                 )
-            if builder.catalog.ttl_refused is not None:
-                raise RequestError(f"mutation {index}: {builder.catalog.ttl_refused}")
         if kind == "delete_partition":
             add((key, "partition"), DeletePartition(key), index, mutation.row)
             continue

@@ -327,7 +327,10 @@ def test_the_store_is_last_write_wins_by_execute_at(
     ks = sidecars.keyspace
     cluster = sidecars.session.cluster
     catalog = Catalog(tables_from_cluster(cluster.metadata, [ks]))
-    store = CassandraDataStore(sidecars.session, catalog)
+    # The store judges a read's lateness by its clock: this test's timestamps are its now.
+    store = CassandraDataStore(
+        sidecars.session, catalog, clock=lambda: HLC_BASE_MICROS / 1e6 + 10_000
+    )
     key = catalog.table(ks, "accounts").key(["lww"])
     fresh = catalog.table(ks, "accounts").key(["never-written"])
 

@@ -8,12 +8,15 @@ own ``execute``; the writes are applied and the response is decoded as the clien
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from accord import MAX_ROWS_PER_SLICE, MAX_TTL_SECONDS, Timestamp
 from accord.primitives import MemoryPartitions
 from accord.primitives.txn import execute
 from accord_cassandra.client import Result, Transaction
+from accord_cassandra.datastore import TTL_MARGIN_SECONDS, CassandraDataStore
 from accord_cassandra.schema import Catalog, SchemaError, TableSchema
 from accord_cassandra.translate import RequestError, to_response, to_txn
 
@@ -66,9 +69,21 @@ class Harness:
         return Result.from_proto(response)
 
 
-def error_of(t: Transaction, ttl_refused: str | None = None) -> str:
+def cassandra_store(found: Catalog, protocol_version: int = 5) -> CassandraDataStore:
+    """The Cassandra store's TTL checks, over a session that is never used."""
+    from cassandra.protocol import ProtocolHandler
+
+    session = SimpleNamespace(
+        cluster=SimpleNamespace(protocol_version=protocol_version),
+        client_protocol_handler=ProtocolHandler,
+    )
+    return CassandraDataStore(session, found)
+
+
+def error_of(t: Transaction, store: str = "memory", protocol_version: int = 5) -> str:
     found = catalog()
-    found.ttl_refused = ttl_refused
+    if store == "cassandra":
+        found.ttl_check = cassandra_store(found, protocol_version).ttl_problem
     with pytest.raises(RequestError) as caught:
         to_txn(t.request, found)
     return str(caught.value)
@@ -243,10 +258,38 @@ def test_bad_clustered_requests_name_the_culprit(build: object, problem: str) ->
 
 
 def test_a_ttl_the_store_cannot_honour_is_refused_before_commit() -> None:
-    t = Transaction().update("bank", "ledger", "a", (1, "x"), ttl=5, amount=1)
-    assert "not yet served" in error_of(t, ttl_refused="USING TTL is not yet served here")
-    bad = Transaction().update("bank", "ledger", "a", (1, "x"), ttl=MAX_TTL_SECONDS + 1, amount=1)
+    def ttl(seconds: int, **columns: object) -> Transaction:
+        return Transaction().update("bank", "ledger", "a", (1, "x"), ttl=seconds, **columns)
+
+    bad = ttl(MAX_TTL_SECONDS + 1, amount=1)
     assert "exceeds the maximum" in error_of(bad)
+    # The memory store honours every TTL the core takes, the Cassandra store those it can
+    # read back exactly and Cassandra can keep for the margin.
+    found = catalog()
+    to_txn(ttl(MAX_TTL_SECONDS, amount=1).request, found)
+    longest = MAX_TTL_SECONDS - TTL_MARGIN_SECONDS
+    assert f"maximum {longest} s" in error_of(ttl(longest + 1, amount=1), "cassandra")
+    assert "after 2038-01-19" in error_of(ttl(longest, amount=1), "cassandra")
+    assert "native protocol v5" in error_of(ttl(5, amount=1), "cassandra", protocol_version=4)
+    # The row's expiry is read back from a cell's TTL: some column must hold a value.
+    for no_value in (ttl(5), ttl(5, memo=None)):
+        assert "cannot be null" in error_of(no_value, "cassandra")
+    copied = Transaction()
+    source = copied.let("r", "bank", "ledger", "b", (1, "x"))
+    copied.update("bank", "ledger", "a", (1, "x"), ttl=5, memo=source["memo"])
+    assert "needs a regular column" in error_of(copied, "cassandra")
+    statics = Transaction().update("bank", "ledger", "a", ttl=5, balance=None)
+    assert "needs a static column" in error_of(statics, "cassandra")
+    found.ttl_check = cassandra_store(found).ttl_problem
+    computed = Transaction()
+    source = computed.let("r", "bank", "ledger", "b", (1, "x"))
+    computed.update("bank", "ledger", "a", (1, "x"), ttl=5, amount=source["amount"] + 1)
+    for fine in (
+        ttl(5, amount=1),
+        computed,
+        Transaction().update("bank", "ledger", "a", ttl=5, balance=3),
+    ):
+        assert to_txn(fine.request, found).txn.update is not None
 
 
 def test_time_inet_and_decimal_types_are_checked_and_keys_round_trip() -> None:
@@ -311,6 +354,10 @@ def test_a_peers_row_write_that_cannot_land_is_refused() -> None:
     ):
         with pytest.raises(InvalidMessage, match=problem):
             peer_data_check(found)(apply(write, op))
-    found.ttl_refused = "USING TTL is not yet served by the Cassandra store"
-    with pytest.raises(InvalidMessage, match="not yet served"):
-        peer_data_check(found)(apply(good, WriteOp(key, (1, "m"), clustering=(1, "t"), ttl=5)))
+    # On the Cassandra store a declared TTL'd write must carry a value its expiry can be read
+    # back from; a computed write's TTL (an outcome) is never refused.
+    found.ttl_check = cassandra_store(found).ttl_problem
+    peer_data_check(found)(apply(good, WriteOp(key, (1, "m"), clustering=(1, "t"), ttl=5)))
+    nothing = PutRow(key, (1, "t"), MakeTuple((Const(None), Const(None))), ttl=5)
+    with pytest.raises(InvalidMessage, match="cannot be null"):
+        peer_data_check(found)(apply(nothing, WriteOp(key, (1, None), clustering=(1, "t"), ttl=5)))
