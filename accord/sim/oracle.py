@@ -56,7 +56,6 @@ from accord.primitives import (
 )
 from accord.topology import Topology
 
-
 _AT = itemgetter(0)
 
 
