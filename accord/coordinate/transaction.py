@@ -24,13 +24,15 @@ from __future__ import annotations
 import enum
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from accord.coordinate.recover import Action, Decision, decide
 from accord.coordinate.tracking import AllTracker, FastPathTracker, Progress, QuorumTracker
 from accord.invariants import check_state
 from accord.messages import (
+    REPLY_TYPES,
     Accept,
     AcceptInvalidate,
     AcceptInvalidateOk,
@@ -278,31 +280,15 @@ class TransactionCoordinator:
     def on_reply(self, src: int, reply: Reply) -> None:
         if self.phase is Phase.DONE:
             return
-        if isinstance(reply, Nack):
-            self._on_nack(src, reply)
-        elif isinstance(reply, PreAcceptOk):
-            self._on_preaccept_ok(src, reply)
-        elif isinstance(reply, AcceptOk):
-            self._on_accept_ok(src, reply)
-        elif isinstance(reply, AcceptInvalidateOk):
-            self._on_accept_invalidate_ok(src)
-        elif isinstance(reply, CommitOk):
-            self._on_commit_ok(src)
-        elif isinstance(reply, Insufficient):
-            self._on_insufficient(src)
-        elif isinstance(reply, ReadOk):
-            self._on_read_ok(src, reply)
-        elif isinstance(reply, ReadRedundant):
-            if self.phase is Phase.EXECUTE:
-                # Someone else's proposal (or a chosen outcome): re-sent exactly as it was
-                # proposed, never as ours, which would claim a round we did not run.
-                self._persist(reply.writes, reply.result, ballot=reply.ballot, chosen=reply.chosen)
-        elif isinstance(reply, ApplyOk):
-            self._on_apply_ok(src, reply)
-        elif isinstance(reply, RecoverOk):
-            self._on_recover_ok(src, reply)
-        elif isinstance(reply, InvalidateOk):
-            self._on_invalidate_ok(src, reply)
+        handler = _REPLY_HANDLERS.get(type(reply))
+        if handler is not None:
+            handler(self, src, reply)
+
+    def _on_read_redundant(self, src: int, reply: ReadRedundant) -> None:
+        if self.phase is Phase.EXECUTE:
+            # Someone else's proposal (or a chosen outcome): re-sent exactly as it was
+            # proposed, never as ours, which would claim a round we did not run.
+            self._persist(reply.writes, reply.result, ballot=reply.ballot, chosen=reply.chosen)
 
     def _on_nack(self, src: int, nack: Nack) -> None:
         """Only a higher ballot preempts us.
@@ -448,7 +434,7 @@ class TransactionCoordinator:
         else:
             self._execute()
 
-    def _on_commit_ok(self, src: int) -> None:
+    def _on_commit_ok(self, src: int, reply: CommitOk) -> None:
         if self.phase is not Phase.COMMIT:
             return
         assert self.quorum is not None
@@ -456,7 +442,7 @@ class TransactionCoordinator:
         if self.quorum.success(src) is Progress.SUCCESS:
             self._execute()
 
-    def _on_insufficient(self, src: int) -> None:
+    def _on_insufficient(self, src: int, reply: Insufficient) -> None:
         assert self.execute_at is not None
         body = Commit(
             self.cid,
@@ -675,7 +661,7 @@ class TransactionCoordinator:
             self.nodes,
         )
 
-    def _on_accept_invalidate_ok(self, src: int) -> None:
+    def _on_accept_invalidate_ok(self, src: int, reply: AcceptInvalidateOk) -> None:
         if self.phase is not Phase.ACCEPT_INVALIDATE:
             return
         assert self.quorum is not None
@@ -717,3 +703,21 @@ class TransactionCoordinator:
             self.txn_id,
         )
         self._invalidate()
+
+
+# One method per reply type, found by the exact type: one dict lookup per reply where an
+# isinstance chain tested up to eleven types.
+_REPLY_HANDLERS: dict[type, Callable[[TransactionCoordinator, int, Any], None]] = {
+    Nack: TransactionCoordinator._on_nack,
+    PreAcceptOk: TransactionCoordinator._on_preaccept_ok,
+    AcceptOk: TransactionCoordinator._on_accept_ok,
+    AcceptInvalidateOk: TransactionCoordinator._on_accept_invalidate_ok,
+    CommitOk: TransactionCoordinator._on_commit_ok,
+    Insufficient: TransactionCoordinator._on_insufficient,
+    ReadOk: TransactionCoordinator._on_read_ok,
+    ReadRedundant: TransactionCoordinator._on_read_redundant,
+    ApplyOk: TransactionCoordinator._on_apply_ok,
+    RecoverOk: TransactionCoordinator._on_recover_ok,
+    InvalidateOk: TransactionCoordinator._on_invalidate_ok,
+}
+check_state(set(_REPLY_HANDLERS) == set(REPLY_TYPES), "every reply type needs exactly one handler")

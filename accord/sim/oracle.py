@@ -34,8 +34,10 @@ invisible to it. These oracles watch every replica instead:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from accord.invariants import check_state, fail
 from accord.local.command import Command, CommandSnapshot
@@ -53,6 +55,8 @@ from accord.primitives import (
     TxnId,
 )
 from accord.topology import Topology
+
+_AT = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +76,17 @@ class Oracle:
         # (node, key) -> [highest executeAt read, highest executeAt written]
         self._executed: dict[tuple[int, Key], list[Timestamp]] = {}
         self._decided: dict[TxnId, _Decided] = {}
-        self._decided_by_key: dict[Key, list[TxnId]] = {}
+        # Decided txns per key, less those every replica of the key journaled as applied:
+        # those are exempt for good (journaled status only grows), and without pruning
+        # them every stable txn scanned the whole history of its key.
+        self._decided_by_key: dict[Key, dict[TxnId, None]] = {}
+        # (txn, key) -> the replicas of key that journaled txn as applied
+        self._applied_on: dict[tuple[TxnId, Key], set[int]] = {}
         # (node, key) -> txn -> (executeAt, deps) as made stable on that node
         self._stable: dict[tuple[int, Key], dict[TxnId, tuple[Timestamp, Deps]]] = {}
+        # (node, key) -> (executeAt, txn) of the same stable txns, in executeAt order: a
+        # newly decided txn is checked only against those that execute after it.
+        self._stable_order: dict[tuple[int, Key], list[tuple[Timestamp, TxnId]]] = {}
         # (node, txn) -> the highest ballot that node ever journaled as promised
         self._promised: dict[tuple[int, TxnId], Ballot] = {}
         # txn -> the nodes that journaled an outcome for it
@@ -162,7 +174,7 @@ class Oracle:
         if txn_id not in self._decided:
             self._decided[txn_id] = _Decided(at, txn.keys)
             for key in txn.keys:
-                self._decided_by_key.setdefault(key, []).append(txn_id)
+                self._decided_by_key.setdefault(key, {})[txn_id] = None
                 self._check_as_earlier(txn_id, at, key)
         if status >= Status.STABLE:
             for key in txn.keys:
@@ -171,7 +183,20 @@ class Oracle:
                 stable = self._stable.setdefault((node_id, key), {})
                 if txn_id not in stable:
                     stable[txn_id] = (at, snapshot.deps)
+                    bisect.insort(self._stable_order.setdefault((node_id, key), []), (at, txn_id))
                     self._check_as_later(node_id, txn_id, at, snapshot.deps, key)
+        if status is Status.APPLIED:
+            for key in txn.keys:
+                if self.topology.owns(node_id, key):
+                    self._applied_here(node_id, txn_id, key)
+
+    def _applied_here(self, node_id: int, txn_id: TxnId, key: Key) -> None:
+        replicas = self.topology.shard_for(key).replicas
+        applied = self._applied_on.setdefault((txn_id, key), set())
+        applied.add(node_id)
+        if len(applied) == len(replicas):
+            del self._applied_on[(txn_id, key)]
+            self._decided_by_key[key].pop(txn_id, None)
 
     def _check_as_later(
         self, node_id: int, txn_id: TxnId, at: Timestamp, deps: Deps, key: Key
@@ -185,8 +210,13 @@ class Oracle:
 
     def _check_as_earlier(self, txn_id: TxnId, at: Timestamp, key: Key) -> None:
         for node_id in self.topology.shard_for(key).replicas:
-            for other, (other_at, deps) in self._stable.get((node_id, key), {}).items():
+            order = self._stable_order.get((node_id, key))
+            if not order:
+                continue
+            stable = self._stable[(node_id, key)]
+            for other_at, other in order[bisect.bisect_right(order, at, key=_AT) :]:
                 if other != txn_id and at < other_at and other.kind.conflicts_with(txn_id.kind):
+                    deps = stable[other][1]
                     self._require(
                         node_id, key, earlier=txn_id, later=other, waits_for=deps.for_key(key)
                     )
