@@ -53,6 +53,8 @@ from accord.primitives import (
     WriteOp,
 )
 from accord.primitives.rows import (
+    ColumnKey,
+    ColumnKeys,
     in_slice,
     order_key,
     partition_too_large,
@@ -179,6 +181,8 @@ __all__ = [
     "AsyncJournal",
     "ClientReply",
     "Clock",
+    "ColumnKey",
+    "ColumnKeys",
     "CommandSnapshot",
     "DataRead",
     "DataStore",

@@ -72,13 +72,21 @@ from accord import (
     WriteOp,
     WriteScope,
 )
-from accord.api import CommandSnapshot, in_slice, partition_too_large, slice_too_large, value_size
+from accord.api import (
+    ColumnKeys,
+    CommandSnapshot,
+    in_slice,
+    partition_too_large,
+    slice_too_large,
+    value_size,
+)
 from accord_cassandra.schema import (
     Catalog,
     CqlType,
     SchemaError,
     TableSchema,
     check_type,
+    column_order_key,
     parse_type,
     partition_values,
     routing_key_of,
@@ -136,16 +144,22 @@ class MemoryDataStore:
     range and partition tombstones, last-write-wins by executeAt."""
 
     def __init__(self, catalog: Catalog | None = None) -> None:
-        def descending(key: Key) -> tuple[bool, ...]:
+        def clustering(key: Key) -> tuple[tuple[str, str, str], ...]:
             if catalog is None:
                 return ()
             try:
-                table = catalog.for_key(key)
+                return catalog.for_key(key).clustering
             except SchemaError:
                 return ()
-            return tuple(order == "desc" for _, _, order in table.clustering)
 
-        self.partitions = MemoryPartitions(descending)
+        def descending(key: Key) -> tuple[bool, ...]:
+            return tuple(order == "desc" for _, _, order in clustering(key))
+
+        def column_keys(key: Key) -> ColumnKeys:
+            # Cassandra's order of each column where the core value's is not (uuids).
+            return tuple(column_order_key(cql_type) for _, cql_type, _ in clustering(key))
+
+        self.partitions = MemoryPartitions(descending, column_keys)
         self._catalog = catalog
         self.writes_executed = 0
 
@@ -362,8 +376,10 @@ def _scalar_from_driver(value: object) -> object:
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, datetime.datetime):
+        # The driver reads a timestamp through float seconds, a few microseconds off far
+        # from the epoch: to the nearest millisecond, not down, or it reads back 1 ms less.
         delta = value.replace(tzinfo=None) - datetime.datetime(1970, 1, 1)
-        return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+        return (delta.days * 86_400 + delta.seconds) * 1000 + (delta.microseconds + 500) // 1000
     if isinstance(value, decimal.Decimal):
         return str(value)
     days = getattr(value, "days_from_epoch", None)

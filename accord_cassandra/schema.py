@@ -34,7 +34,7 @@ from accord import (
     WriteOp,
     WriteScope,
 )
-from accord.api import order_key
+from accord.api import ColumnKey, order_key
 from accord_cassandra import tokens
 from accord_cassandra.errors import AccordCassandraError
 
@@ -75,7 +75,9 @@ NOT_CLUSTERING_TYPES = frozenset({"inet", "decimal", "duration"})
 NOT_PARTITION_KEY_TYPES = frozenset({"decimal", "duration"})
 # Types whose core order (accord.primitives.rows.order_key) is Cassandra's comparator's, so
 # they may sit inside a frozen collection, tuple or UDT clustering column. (A top-level uuid
-# or timeuuid clustering column predates this list and orders as its text.)
+# or timeuuid clustering column is ordered by column_order_key instead. Inside a composite
+# they stay refused: Cassandra 5.0 was seen ordering frozen<set<uuid>> rows by the elements
+# in the order the driver serialized them, not re-sorted by UUIDType.)
 CASSANDRA_ORDERED = frozenset(
     {*INT_TYPES, *TEXT_TYPES, *TIME_TYPES, *FLOAT_TYPES, "blob", "boolean"}
 )
@@ -278,6 +280,42 @@ def _refusal(where: str, t: CqlType, role: str) -> str | None:
                 "element's Accord value would not sort as Cassandra sorts it)"
             )
     return None
+
+
+def column_order_key(cql_type: str) -> ColumnKey | None:
+    """The order of a clustering column of ``cql_type`` where its core value's
+    (``order_key``) is not Cassandra's, else None: a uuid's or timeuuid's text sorts
+    neither as UUIDType nor as TimeUUIDType does (docs/sidecars.md, "Ordering")."""
+    if cql_type == "uuid":
+        return _uuid_order
+    if cql_type == "timeuuid":
+        return _timeuuid_order
+    return None
+
+
+def _uuid_bytes(value: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise SchemaError(f"{value!r} is not a UUID, so it cannot order uuid rows") from None
+
+
+def _uuid_order(value: object) -> tuple[object, ...]:
+    # UUIDType: by the version nibble; a version 1 UUID then by its 60-bit timestamp, any
+    # other by its high 64 bits unsigned; then the low 64 bits unsigned.
+    parsed = _uuid_bytes(value)
+    raw = parsed.bytes
+    version = raw[6] >> 4
+    high = parsed.time if version == 1 else int.from_bytes(raw[:8], "big")
+    return (version, high, int.from_bytes(raw[8:], "big"))
+
+
+def _timeuuid_order(value: object) -> tuple[object, ...]:
+    # TimeUUIDType: by the 60-bit timestamp, then the low 8 bytes each as a *signed* byte
+    # (unlike UUIDType; flipping each byte's top bit makes that an unsigned comparison).
+    parsed = _uuid_bytes(value)
+    low = bytes(byte ^ 0x80 for byte in parsed.bytes[8:])
+    return (parsed.time, int.from_bytes(low, "big"))
 
 
 def _walk(t: CqlType) -> list[CqlType]:

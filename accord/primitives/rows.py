@@ -216,23 +216,37 @@ def value_size(value: Value) -> int:
     return 5 + len(repr(value))
 
 
+ColumnKey: TypeAlias = Callable[[Value], tuple[object, ...]]
+"""A clustering column's own order, when :func:`order_key` is not its order (a data store
+with a schema gives one per column: a uuid's text does not sort as its type does)."""
+ColumnKeys: TypeAlias = Sequence[ColumnKey | None]
+"""Per clustering column, its :data:`ColumnKey` or None for :func:`order_key`."""
+
+
+def _column_key(keys: ColumnKeys, index: int) -> ColumnKey:
+    found = keys[index] if index < len(keys) else None
+    return order_key if found is None else found
+
+
 def _in_range(
     clustering: Clustering,
     prefix: Clustering,
     lower: Bound | None,
     upper: Bound | None,
+    keys: ColumnKeys = (),
 ) -> bool:
     if lower is None and upper is None:
         return True
     if len(clustering) <= len(prefix):
         return False
-    value = order_key(clustering[len(prefix)])
+    ordered = _column_key(keys, len(prefix))
+    value = ordered(clustering[len(prefix)])
     if lower is not None:
-        low = order_key(lower.value)
+        low = ordered(lower.value)
         if value < low or (value == low and not lower.inclusive):
             return False
     if upper is not None:
-        high = order_key(upper.value)
+        high = ordered(upper.value)
         if value > high or (value == high and not upper.inclusive):
             return False
     return True
@@ -246,22 +260,27 @@ def _prefix_matches(clustering: Clustering, prefix: Clustering) -> bool:
 
 
 def in_slice(
-    clustering: Clustering, prefix: Clustering, lower: Bound | None, upper: Bound | None
+    clustering: Clustering,
+    prefix: Clustering,
+    lower: Bound | None,
+    upper: Bound | None,
+    keys: ColumnKeys = (),
 ) -> bool:
-    """Whether a row at ``clustering`` falls within a slice's (or a range delete's) range."""
-    return _prefix_matches(clustering, prefix) and _in_range(clustering, prefix, lower, upper)
+    """Whether a row at ``clustering`` falls within a slice's (or a range delete's) range,
+    its bounds judged by the columns' ``keys`` (:data:`ColumnKeys`)."""
+    return _prefix_matches(clustering, prefix) and _in_range(clustering, prefix, lower, upper, keys)
 
 
 def clustering_sort_key(
-    descending: tuple[bool, ...],
+    descending: tuple[bool, ...], keys: ColumnKeys = ()
 ) -> Callable[[Clustering], tuple[object, ...]]:
     """The sort key of clustering keys for a table whose clustering columns are ordered
-    ``descending`` (per column; missing entries ascend)."""
+    ``descending`` (per column; missing entries ascend), each by its ``keys`` entry."""
 
     def key(clustering: Clustering) -> tuple[object, ...]:
         parts: list[object] = []
         for index, value in enumerate(clustering):
-            ordered = order_key(value)
+            ordered = _column_key(keys, index)(value)
             parts.append(
                 _Reversed(ordered) if index < len(descending) and descending[index] else ordered
             )
@@ -335,12 +354,12 @@ class _Partition:
         default_factory=list
     )
 
-    def shadowed(self, clustering: Clustering, stamp: Timestamp) -> bool:
+    def shadowed(self, clustering: Clustering, stamp: Timestamp, keys: ColumnKeys) -> bool:
         # A deletion wins over a write of the same timestamp, as in Cassandra.
         if self.deleted is not None and stamp <= self.deleted:
             return True
         return any(
-            stamp <= at and in_slice(clustering, prefix, lower, upper)
+            stamp <= at and in_slice(clustering, prefix, lower, upper, keys)
             for at, prefix, lower, upper in self.ranges
         )
 
@@ -364,18 +383,31 @@ class MemoryPartitions:
     """Partitions in memory with Cassandra's semantics, last-write-wins by executeAt.
 
     ``descending(key)`` gives the clustering order of the key's table (every column
-    ascending when omitted). Writes are idempotent and order-agnostic: applying the same
-    writes again, or two transactions' writes in either order, gives the same state.
+    ascending when omitted), and ``column_keys(key)`` each clustering column's own order
+    (:data:`ColumnKeys`; :func:`order_key` when omitted), which orders its rows and judges
+    slice and range-delete bounds on it. Writes are idempotent and order-agnostic:
+    applying the same writes again, or two transactions' writes in either order, gives the
+    same state.
     """
 
-    __slots__ = ("_descending", "partitions")
+    __slots__ = ("_column_keys", "_descending", "partitions")
 
-    def __init__(self, descending: Callable[[Key], tuple[bool, ...]] | None = None) -> None:
+    def __init__(
+        self,
+        descending: Callable[[Key], tuple[bool, ...]] | None = None,
+        column_keys: Callable[[Key], ColumnKeys] | None = None,
+    ) -> None:
         self.partitions: dict[Key, _Partition] = {}
         self._descending = descending
+        self._column_keys = column_keys
+
+    def _keys(self, key: Key) -> ColumnKeys:
+        return self._column_keys(key) if self._column_keys else ()
 
     def _sorter(self, key: Key) -> Callable[[Clustering], tuple[object, ...]]:
-        return clustering_sort_key(self._descending(key) if self._descending else ())
+        return clustering_sort_key(
+            self._descending(key) if self._descending else (), self._keys(key)
+        )
 
     # -- writes
 
@@ -396,12 +428,13 @@ class MemoryPartitions:
                     part.static = None
                 continue
             if write.scope is WriteScope.RANGE:
+                keys = self._keys(write.key)
                 part.ranges.append((execute_at, write.clustering, write.lower, write.upper))
                 part.rows = _Rows(
                     (ck, cell)
                     for ck, cell in part.rows.items()
                     if cell.stamp > execute_at
-                    or not in_slice(ck, write.clustering, write.lower, write.upper)
+                    or not in_slice(ck, write.clustering, write.lower, write.upper, keys)
                 )
                 continue
             value = None if write.delete else write.value
@@ -412,7 +445,7 @@ class MemoryPartitions:
                 if _newer(part.static, execute_at, value):
                     part.static = _Cell(execute_at, value, expiry)
                 continue
-            if part.shadowed(write.clustering, execute_at):
+            if part.shadowed(write.clustering, execute_at, self._keys(write.key)):
                 continue
             current = part.rows.get(write.clustering)
             if _newer(current, execute_at, value):
@@ -462,7 +495,7 @@ class MemoryPartitions:
             else:
                 if rows is None:
                     rows = self._live_rows(key, at)
-                value, error = slice_of(rows, selection)
+                value, error = slice_of(rows, selection, self._keys(key))
                 if error is not None:
                     return PartitionRead((), error)
             size += value_size(value)
@@ -517,14 +550,15 @@ class MemoryPartitions:
 
 
 def slice_of(
-    rows: Sequence[tuple[Clustering, Value]], selection: Slice
+    rows: Sequence[tuple[Clustering, Value]], selection: Slice, keys: ColumnKeys = ()
 ) -> tuple[Value, str | None]:
-    """``selection`` applied to a partition's live ``rows`` (in clustering order): the result
-    tuple, or an error when more rows match than the slice may return."""
+    """``selection`` applied to a partition's live ``rows`` (in clustering order, by the
+    columns' ``keys``): the result tuple, or an error when more rows match than the slice
+    may return."""
     matching = [
         (ck, row)
         for ck, row in rows
-        if in_slice(ck, selection.prefix, selection.lower, selection.upper)
+        if in_slice(ck, selection.prefix, selection.lower, selection.upper, keys)
     ]
     if selection.reverse:
         matching.reverse()

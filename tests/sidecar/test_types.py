@@ -9,16 +9,26 @@ agree value for value, and composite clustering columns sort as Cassandra sorts 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import struct
+import uuid
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
-from accord import RowAt, Timestamp, WriteOp
+from accord import Bound, RowAt, Slice, Timestamp, WriteOp, WriteScope
 from accord.primitives.txn import execute
 from accord_cassandra.client import Result, Transaction
 from accord_cassandra.datastore import HLC_BASE_MICROS, MemoryDataStore
-from accord_cassandra.schema import Catalog, SchemaError, TableSchema, check_type
+from accord_cassandra.schema import (
+    Catalog,
+    SchemaError,
+    TableSchema,
+    check_type,
+    column_order_key,
+)
 from accord_cassandra.translate import RequestError, to_response, to_txn
 
 TABLES = {
@@ -282,3 +292,79 @@ def test_float_and_double_partition_keys_serialize_as_cassandra_does() -> None:
     assert table.routing_key([1.5]) == struct.pack(">d", 1.5)
     f = TableSchema("k", "t", (("id", "float"),), (("v", "int"),))
     assert f.routing_key([0.1]) == struct.pack(">f", 0.1)
+
+
+def _uuid(time_: int, version: int = 1, clock_seq: int = 0x0101, node: int = 0x42) -> str:
+    return str(
+        uuid.UUID(
+            fields=(
+                time_ & 0xFFFFFFFF,
+                (time_ >> 32) & 0xFFFF,
+                ((time_ >> 48) & 0x0FFF) | (version << 12),
+                0x80 | (clock_seq >> 8),
+                clock_seq & 0xFF,
+                node,
+            )
+        )
+    )
+
+
+# Each list in Cassandra's order, derived from the comparators' definitions, none in text order.
+TIMEUUID_ORDER = [
+    _uuid(2),  # time_low 2: text "00000002-0000-1000-…"
+    _uuid(1 << 32),  # time_mid 1: text "00000000-0001-1000-…", yet later
+    _uuid(1 << 33, node=0x80 << 40),  # one timestamp: the node's first byte signed, -128 …
+    _uuid(1 << 33, node=0x7F << 40),  # … before 127
+    _uuid(1 << 48),
+]
+UUID_ORDER = [
+    _uuid(2),  # version 1 first, by timestamp, then the low bytes unsigned: 0x7F …
+    _uuid(1 << 32, node=0x7F << 40),
+    _uuid(1 << 32, node=0x80 << 40),  # … before 0x80
+    "00000000-0000-4000-8000-000000000000",  # version 4: after every version 1, by bytes
+    "00000000-0000-4000-8000-000000000001",
+    "ffffffff-0000-4000-8000-000000000000",
+]
+
+
+def test_uuid_and_timeuuid_sort_keys_are_cassandras_order() -> None:
+    for cql_type, expected in (("timeuuid", TIMEUUID_ORDER), ("uuid", UUID_ORDER)):
+        order = column_order_key(cql_type)
+        assert order is not None
+        assert sorted(expected, key=order) == expected, cql_type
+        assert sorted(expected) != expected, cql_type  # the text order would be wrong
+    assert column_order_key("int") is None  # order_key is Cassandra's order there
+    with pytest.raises(SchemaError, match="not a UUID"):
+        cast("Any", column_order_key("uuid"))("nope")
+
+
+def _uuids_read(store: MemoryDataStore, stamp: Iterator[Timestamp], selection: Slice) -> list[str]:
+    read = asyncio.run(store.read([selection], next(stamp)))[selection.key].get(selection)
+    return [ck[0] for ck, _ in cast("tuple[tuple[tuple[str], object], ...]", read)]
+
+
+def test_the_memory_store_orders_slices_bounds_and_range_deletes_of_uuids_as_cassandra() -> None:
+    spec = {
+        f"shop.{cql_type}s": {
+            "partition_key": [["p", "int"]],
+            "clustering": [["at", cql_type, direction]],
+            "columns": [["v", "int"]],
+        }
+        for cql_type, direction in (("timeuuid", "desc"), ("uuid", "asc"))
+    }
+    catalog = Catalog.from_mapping(spec)
+    for cql_type, expected in (("timeuuid", TIMEUUID_ORDER), ("uuid", UUID_ORDER)):
+        table = catalog.table("shop", f"{cql_type}s")
+        store = MemoryDataStore(catalog)
+        key = table.key([1])
+        stamp = iter(Timestamp(1, HLC_BASE_MICROS + s * 10**6, 0, 1) for s in range(1, 9))
+        writes = [WriteOp(key, (i,), clustering=(u,)) for i, u in enumerate(reversed(expected))]
+        asyncio.run(store.write(writes, next(stamp)))
+        rows = functools.partial(_uuids_read, store, stamp)
+        stored = expected[::-1] if table.clustering[0][2] == "desc" else expected
+        assert rows(Slice(key)) == stored
+        between = Slice(key, (), Bound(expected[1]), Bound(expected[3], False), limit=5)
+        assert rows(between) == [u for u in stored if u in expected[1:3]]
+        delete = WriteOp(key, None, True, WriteScope.RANGE, (), Bound(expected[1], False), None)
+        asyncio.run(store.write([delete], next(stamp)))
+        assert rows(Slice(key, reverse=True)) == [u for u in stored[::-1] if u in expected[:2]]
