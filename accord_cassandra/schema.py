@@ -45,8 +45,12 @@ TEXT_TYPES = frozenset({"text", "varchar", "ascii"})
 FLOAT_TYPES = frozenset({"float", "double"})
 # Time types as integers: timestamp (ms since the epoch), date (days since the epoch), time
 # (ns since midnight); inet as its canonical text; decimal as its canonical text.
+# A timestamp is bounded to years 1-9999 (the range of the driver's datetime, through which
+# the Cassandra store converts it): a committed write outside that range could never land.
+TIMESTAMP_MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+TIMESTAMP_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 TIME_TYPES = {
-    "timestamp": (-(2**63), 2**63 - 1),
+    "timestamp": (TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS),
     "date": (-(2**31), 2**31 - 1),
     "time": (0, 86_400 * 10**9 - 1),
 }
@@ -590,7 +594,7 @@ def _check_scalar(where: str, cql_type: str, value: object) -> object:
         if not isinstance(value, int) or isinstance(value, bool):
             raise SchemaError(f"{where} is {cql_type}; got {type(value).__name__} {value!r}")
         if not low <= value <= high:
-            raise SchemaError(f"{where} is {cql_type}; {value} is out of range")
+            raise SchemaError(f"{where} is {cql_type}; {value} is out of range {low} to {high}")
         return value
     if cql_type in FLOAT_TYPES:
         if isinstance(value, bool) or not isinstance(value, int | float):

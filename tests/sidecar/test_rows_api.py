@@ -314,6 +314,12 @@ def test_time_inet_and_decimal_types_are_checked_and_keys_round_trip() -> None:
             table.check_value(column, value)
     with pytest.raises(SchemaError, match="not an IP address"):
         table.key([1, "nowhere", 0])
+    # Years 1 to 9999 only: a timestamp the Cassandra store could not write is refused.
+    assert table.key([1, "1.2.3.4", 253_402_300_799_999]) is not None
+    assert table.key([1, "1.2.3.4", -62_135_596_800_000]) is not None
+    for outside in (253_402_300_800_000, -62_135_596_800_001):
+        with pytest.raises(SchemaError, match="out of range"):
+            table.key([1, "1.2.3.4", outside])
     with pytest.raises(SchemaError, match="not supported as a clustering column"):
         TableSchema("ks", "t", (("id", "text"),), (), (("ip", "inet", "asc"),))
     with pytest.raises(SchemaError, match="not supported in a partition key"):
