@@ -402,6 +402,10 @@ class MemoryPartitions:
             value = None if write.delete else write.value
             expiry = expires_at(execute_at, write.ttl)
             if write.scope is WriteScope.STATIC:
+                if type(value) is tuple and all(v is None for v in value):
+                    # Null in every static column leaves no live static cell (Cassandra
+                    # writes each a tombstone): the static row is gone, as if deleted.
+                    value = None
                 if part.deleted is not None and execute_at <= part.deleted:
                     continue
                 if _newer(part.static, execute_at, value):

@@ -756,3 +756,55 @@ def test_cassandra_clocks_are_checked_before_ttls_are_served(
     assert "clocks disagree" in (fast.ttl_problem(table, write, False) or "")
     # A peer's transaction, already checked by the sidecar that took it, is not refused.
     assert fast.ttl_problem(table, write, True) is None
+
+
+def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
+    cassandra_node: CassandraHandle,
+) -> None:
+    """Writing null to every static column leaves no live static cell: the static row is
+    absent (a later write of it still shadows an older one). A row written with every
+    regular column null is an INSERT, whose row marker keeps the row: present, all nulls."""
+    session = cassandra_node.connect()
+    ks = f"nulls_{uuid.uuid4().hex[:8]}"
+    session.execute(
+        f"CREATE KEYSPACE {ks} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        timeout=60,
+    )
+    session.execute(
+        f"CREATE TABLE {ks}.t (p text, c int, v int, w text, s int static, u text static, "
+        "PRIMARY KEY (p, c))",
+        timeout=60,
+    )
+    session.cluster.refresh_schema_metadata()
+    catalog = Catalog(tables_from_cluster(session.cluster.metadata, [ks]))
+    table = catalog.table(ks, "t")
+    fresh, shadowed, partial = (table.key([name]) for name in ("fresh", "shadowed", "partial"))
+    selections: list[Selection] = [StaticAt(k) for k in (fresh, shadowed, partial)] + [
+        RowAt(fresh, (1,)),
+        Slice(fresh),
+    ]
+
+    async def run(store: CassandraDataStore | MemoryDataStore) -> list[object]:
+        static = WriteScope.STATIC
+        await store.write(
+            [WriteOp(shadowed, (4, "x"), scope=static), WriteOp(partial, (5, "y"), scope=static)],
+            first,
+        )
+        await store.write(
+            [
+                WriteOp(fresh, (None, None), scope=static),
+                WriteOp(fresh, (None, None), clustering=(1,)),
+                WriteOp(shadowed, (None, None), scope=static),
+                WriteOp(partial, (None, "z"), scope=static),
+            ],
+            second,
+        )
+        read = await store.read(selections, _stamp())
+        return [read[s.key].get(s) for s in selections]
+
+    first, second = _stamp(), _stamp()
+    expected = [None, None, (None, "z"), (None, None), (((1,), (None, None)),)]
+    assert asyncio.run(run(CassandraDataStore(session, catalog))) == expected
+    assert asyncio.run(run(MemoryDataStore(catalog))) == expected
+    cassandra_node.drop_keyspace(session, ks)

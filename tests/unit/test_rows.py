@@ -157,7 +157,11 @@ class NaiveModel:
             if op.write.key == key
             and (op.write.scope is WriteScope.STATIC or op.write.deletes_partition)
         ]
-        return self._decide(touching, when)
+        value = self._decide(touching, when)
+        # Null in every static column leaves no live static cell: no static row.
+        if isinstance(value, tuple) and all(v is None for v in value):
+            return None
+        return value
 
     def slice(self, selection: Slice, when: Timestamp) -> object:
         cks = {
@@ -222,11 +226,13 @@ def write_ops(draw: st.DrawFn) -> WriteOp:
     kind = draw(st.sampled_from(["row", "row", "row", "delete", "range", "partition", "static"]))
     ttl = draw(st.none() | st.integers(1, 5))
     if kind == "row":
-        return WriteOp(K, (draw(st.integers(0, 9)),), clustering=draw(cks), ttl=ttl)
+        value = (draw(st.none() | st.integers(0, 9)),)
+        return WriteOp(K, value, clustering=draw(cks), ttl=ttl)
     if kind == "delete":
         return WriteOp(K, None, True, clustering=draw(cks))
     if kind == "static":
-        return WriteOp(K, (draw(st.integers(0, 9)),), scope=WriteScope.STATIC, ttl=ttl)
+        value = (draw(st.none() | st.integers(0, 9)),)
+        return WriteOp(K, value, scope=WriteScope.STATIC, ttl=ttl)
     if kind == "partition":
         return WriteOp(K, None, True, WriteScope.PARTITION)
     prefix = draw(prefixes)
@@ -288,6 +294,26 @@ def test_memory_partitions_agree_with_the_naive_model_in_any_write_order(
 
 
 # ---------------------------------------------------------------------------- TTL
+
+
+def test_an_all_null_static_row_is_absent_and_an_all_null_row_is_present() -> None:
+    store = MemoryPartitions()
+    other = Key(6, "ks.t:01")
+    store.write([WriteOp(other, (4, "x"), scope=WriteScope.STATIC)], at(1))
+    store.write(
+        [
+            WriteOp(K, (None, None), scope=WriteScope.STATIC),
+            WriteOp(K, (None, None), clustering=(1,)),
+            WriteOp(other, (None, None), scope=WriteScope.STATIC),
+        ],
+        at(2),
+    )
+    assert read(store, StaticAt(K), at(3)) is None
+    assert read(store, StaticAt(other), at(3)) is None  # and it shadows the older one
+    assert read(store, RowAt(K, (1,)), at(3)) == (None, None)
+    assert read(store, Slice(K), at(3)) == (((1,), (None, None)),)
+    store.write([WriteOp(K, (None, 7), scope=WriteScope.STATIC)], at(4))
+    assert read(store, StaticAt(K), at(5)) == (None, 7)
 
 
 def test_ttl_is_judged_as_of_the_readers_execute_at() -> None:
