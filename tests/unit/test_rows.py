@@ -376,6 +376,50 @@ def test_slices_counts_and_static_rows_evaluate_in_a_transaction() -> None:
     assert read(store, RowAt(K, ("a", 9)), at(3)) == (5,)
 
 
+def test_selections_and_row_writes_tell_one_from_one_point_zero_and_true() -> None:
+    # Python calls 1, 1.0 and True equal; rows and selections tell them apart.
+    kinds: list[object] = [1, 1.0, True]
+    rows = [RowAt(K, (v,)) for v in kinds] + [RowAt(K, ((v,),)) for v in kinds]
+    prefixes = [Slice(K, (v,)) for v in kinds]
+    ranged = [Slice(K, (), Bound(v), Bound(2)) for v in kinds] + [
+        Slice(K, (), None, Bound(v, False)) for v in kinds
+    ]
+    for group in (rows, prefixes, ranged):
+        for i, a in enumerate(group):
+            for j, b in enumerate(group):
+                assert (a == b) == (i == j), (a, b)
+        assert len(set(group)) == len(group)
+    assert RowAt(K, (1, "a")) == RowAt(K, (1, "a"))
+    assert hash(RowAt(K, (1, "a"))) == hash(RowAt(K, (1, "a")))
+    assert Slice(K, (1,), Bound(2.5)) == Slice(K, (1,), Bound(2.5))
+    assert Bound(float("nan")) == Bound(float("nan")) != Bound(-0.0) != Bound(0.0)
+    assert len({Bound(float("nan")), Bound(float("nan"))}) == 1
+
+    store = MemoryPartitions()
+    store.write([WriteOp(K, (10 + i,), clustering=(v,)) for i, v in enumerate(kinds)], at(1))
+    txn = Txn(
+        (),
+        Update(
+            tuple(PutRow(K, (v, "w"), Const((i,))) for i, v in enumerate(kinds)),
+            (Predicate("=", RowOf(K, (1.0,)), Const((11,))),),
+        ),
+        returns=(
+            *(RowOf(K, (v,)) for v in kinds),
+            *(SliceOf(Slice(K, (v,))) for v in kinds),
+        ),
+    )
+    assert len(txn.selections) == 6
+    writes, result = execute(txn, _values(store, txn, at(2)))
+    assert result.error is None and result.applied
+    assert result.returned == (
+        *((10 + i,) for i in range(3)),
+        *((((v,), (10 + i,)),) for i, v in enumerate(kinds)),
+    )
+    # Three rows written, none of them taken for another's earlier write.
+    assert [w.clustering for w in writes] == [(v, "w") for v in kinds]
+    assert [type(w.clustering[0]) for w in writes] == [int, float, bool]
+
+
 def test_range_and_partition_deletes() -> None:
     store = MemoryPartitions()
     store.write([WriteOp(K, (i,), clustering=(i,)) for i in range(6)], at(1))
