@@ -49,12 +49,23 @@ MAX_TTL_SECONDS = 630_720_000
 MAX_CLUSTERING_COLUMNS = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Bound:
-    """One end of a clustering range on the column after a slice's prefix."""
+    """One end of a clustering range on the column after a slice's prefix.
+
+    Equal to another bound only when their values are one value in clustering order
+    (:func:`order_key`: ``1``, ``1.0`` and ``True`` are three bounds), as stores use them."""
 
     value: Value
     inclusive: bool = True
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Bound:
+            return NotImplemented
+        return self.inclusive == other.inclusive and order_key(self.value) == order_key(other.value)
+
+    def __hash__(self) -> int:
+        return hash((order_key(self.value), self.inclusive))
 
 
 def _check_clustering(values: Clustering, what: str) -> None:
@@ -78,13 +89,32 @@ def _odd_float(value: Value) -> bool:
     return False
 
 
+def _same_kinds(left: Clustering, right: Clustering) -> bool:
+    """Whether two clustering keys Python calls equal hold values of one kind throughout
+    (nested tuples too): then they name one row, as :class:`MemoryPartitions` keys rows
+    (NaN and -0.0, where ``==`` and order differ otherwise, never name a row)."""
+    for a, b in zip(left, right, strict=True):
+        kind = type(a)
+        if kind is not type(b):
+            return False
+        if kind is tuple and not _same_kinds(
+            cast("tuple[object, ...]", a), cast("tuple[object, ...]", b)
+        ):
+            return False
+    return True
+
+
 def _check_bounds(lower: Bound | None, upper: Bound | None) -> None:
     for bound in (lower, upper):
         if bound is not None and bound.value is None:
             raise InvalidTransaction("a clustering bound cannot be null")
 
 
-@dataclass(frozen=True, slots=True)
+# Selections compare type-strictly (RowAt(k, (1,)) is not RowAt(k, (1.0,))): a transaction
+# reads each once, and a result answers the selection that asked for it, not its look-alike.
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class RowAt:
     """The row at clustering key ``clustering`` (``()``: a single-row partition's row)."""
 
@@ -94,8 +124,20 @@ class RowAt:
     def __post_init__(self) -> None:
         _check_clustering(self.clustering, "a row's clustering key")
 
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not RowAt:
+            return NotImplemented
+        return (
+            self.key == other.key
+            and self.clustering == other.clustering
+            and _same_kinds(self.clustering, other.clustering)
+        )
 
-@dataclass(frozen=True, slots=True)
+    def __hash__(self) -> int:
+        return hash((self.key, self.clustering))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Slice:
     """Rows whose clustering key starts with ``prefix`` and whose next clustering value lies
     within ``lower``/``upper`` (each optional, inclusive or not), in clustering order or
@@ -117,6 +159,22 @@ class Slice:
             raise InvalidTransaction(
                 f"LIMIT {self.limit!r} is not between 1 and MAX_ROWS_PER_SLICE={MAX_ROWS_PER_SLICE}"
             )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Slice:
+            return NotImplemented
+        return (
+            self.key == other.key
+            and self.prefix == other.prefix
+            and _same_kinds(self.prefix, other.prefix)
+            and self.lower == other.lower
+            and self.upper == other.upper
+            and self.reverse == other.reverse
+            and self.limit == other.limit
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.prefix, self.lower, self.upper, self.reverse, self.limit))
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +498,10 @@ class MemoryPartitions:
             value = None if write.delete else write.value
             expiry = expires_at(execute_at, write.ttl)
             if write.scope is WriteScope.STATIC:
+                if type(value) is tuple and all(v is None for v in value):
+                    # Null in every static column leaves no live static cell (Cassandra
+                    # writes each a tombstone): the static row is gone, as if deleted.
+                    value = None
                 if part.deleted is not None and execute_at <= part.deleted:
                     continue
                 if _newer(part.static, execute_at, value):

@@ -544,15 +544,16 @@ def _computed(write: Write, values: Mapping[Key, Value]) -> WriteOp:
 def _last_per_target(writes: list[WriteOp]) -> tuple[WriteOp, ...]:
     # Two writes of one row (or static row) in one transaction: the later wins, on every
     # store alike (they would otherwise share a timestamp and a store would pick by content).
+    # Rows told apart type-strictly, as stores key them: (1,) and (1.0,) are two rows.
     seen: dict[tuple[object, ...], int] = {}
     for index, write in enumerate(writes):
         if write.scope in (WriteScope.ROW, WriteScope.STATIC):
-            seen[(write.key, write.scope, write.clustering)] = index
+            seen[(write.key, write.scope, order_key(write.clustering))] = index
     return tuple(
         write
         for index, write in enumerate(writes)
         if write.scope not in (WriteScope.ROW, WriteScope.STATIC)
-        or seen[(write.key, write.scope, write.clustering)] == index
+        or seen[(write.key, write.scope, order_key(write.clustering))] == index
     )
 
 

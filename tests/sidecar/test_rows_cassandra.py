@@ -838,11 +838,22 @@ def test_scalar_clustering_columns_sort_as_cassandra_sorts_them(
     Cassandra sorts them (version, then timestamp; a timeuuid's low bytes signed)."""
     session = cassandra_node.connect()
     ks = f"order_{uuid.uuid4().hex[:8]}"
+
+
+def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
+    cassandra_node: CassandraHandle,
+) -> None:
+    """Writing null to every static column leaves no live static cell: the static row is
+    absent (a later write of it still shadows an older one). A row written with every
+    regular column null is an INSERT, whose row marker keeps the row: present, all nulls."""
+    session = cassandra_node.connect()
+    ks = f"nulls_{uuid.uuid4().hex[:8]}"
     session.execute(
         f"CREATE KEYSPACE {ks} WITH replication = "
         "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         timeout=60,
     )
+<<<<<<< HEAD
     for index, cql_type in enumerate(SCALAR_CLUSTERING):
         order = "DESC" if index % 2 else "ASC"
         session.execute(
@@ -900,4 +911,42 @@ def test_scalar_clustering_columns_sort_as_cassandra_sorts_them(
             assert repr(from_cassandra) == repr(from_memory), f"{cql_type} after a range delete"
 
     asyncio.run(run())
+=======
+    session.execute(
+        f"CREATE TABLE {ks}.t (p text, c int, v int, w text, s int static, u text static, "
+        "PRIMARY KEY (p, c))",
+        timeout=60,
+    )
+    session.cluster.refresh_schema_metadata()
+    catalog = Catalog(tables_from_cluster(session.cluster.metadata, [ks]))
+    table = catalog.table(ks, "t")
+    fresh, shadowed, partial = (table.key([name]) for name in ("fresh", "shadowed", "partial"))
+    selections: list[Selection] = [StaticAt(k) for k in (fresh, shadowed, partial)] + [
+        RowAt(fresh, (1,)),
+        Slice(fresh),
+    ]
+
+    async def run(store: CassandraDataStore | MemoryDataStore) -> list[object]:
+        static = WriteScope.STATIC
+        await store.write(
+            [WriteOp(shadowed, (4, "x"), scope=static), WriteOp(partial, (5, "y"), scope=static)],
+            first,
+        )
+        await store.write(
+            [
+                WriteOp(fresh, (None, None), scope=static),
+                WriteOp(fresh, (None, None), clustering=(1,)),
+                WriteOp(shadowed, (None, None), scope=static),
+                WriteOp(partial, (None, "z"), scope=static),
+            ],
+            second,
+        )
+        read = await store.read(selections, _stamp())
+        return [read[s.key].get(s) for s in selections]
+
+    first, second = _stamp(), _stamp()
+    expected = [None, None, (None, "z"), (None, None), (((1,), (None, None)),)]
+    assert asyncio.run(run(CassandraDataStore(session, catalog))) == expected
+    assert asyncio.run(run(MemoryDataStore(catalog))) == expected
+>>>>>>> wip/parity
     cassandra_node.drop_keyspace(session, ks)

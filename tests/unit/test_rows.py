@@ -157,7 +157,11 @@ class NaiveModel:
             if op.write.key == key
             and (op.write.scope is WriteScope.STATIC or op.write.deletes_partition)
         ]
-        return self._decide(touching, when)
+        value = self._decide(touching, when)
+        # Null in every static column leaves no live static cell: no static row.
+        if isinstance(value, tuple) and all(v is None for v in value):
+            return None
+        return value
 
     def slice(self, selection: Slice, when: Timestamp) -> object:
         cks = {
@@ -222,11 +226,13 @@ def write_ops(draw: st.DrawFn) -> WriteOp:
     kind = draw(st.sampled_from(["row", "row", "row", "delete", "range", "partition", "static"]))
     ttl = draw(st.none() | st.integers(1, 5))
     if kind == "row":
-        return WriteOp(K, (draw(st.integers(0, 9)),), clustering=draw(cks), ttl=ttl)
+        value = (draw(st.none() | st.integers(0, 9)),)
+        return WriteOp(K, value, clustering=draw(cks), ttl=ttl)
     if kind == "delete":
         return WriteOp(K, None, True, clustering=draw(cks))
     if kind == "static":
-        return WriteOp(K, (draw(st.integers(0, 9)),), scope=WriteScope.STATIC, ttl=ttl)
+        value = (draw(st.none() | st.integers(0, 9)),)
+        return WriteOp(K, value, scope=WriteScope.STATIC, ttl=ttl)
     if kind == "partition":
         return WriteOp(K, None, True, WriteScope.PARTITION)
     prefix = draw(prefixes)
@@ -290,6 +296,26 @@ def test_memory_partitions_agree_with_the_naive_model_in_any_write_order(
 # ---------------------------------------------------------------------------- TTL
 
 
+def test_an_all_null_static_row_is_absent_and_an_all_null_row_is_present() -> None:
+    store = MemoryPartitions()
+    other = Key(6, "ks.t:01")
+    store.write([WriteOp(other, (4, "x"), scope=WriteScope.STATIC)], at(1))
+    store.write(
+        [
+            WriteOp(K, (None, None), scope=WriteScope.STATIC),
+            WriteOp(K, (None, None), clustering=(1,)),
+            WriteOp(other, (None, None), scope=WriteScope.STATIC),
+        ],
+        at(2),
+    )
+    assert read(store, StaticAt(K), at(3)) is None
+    assert read(store, StaticAt(other), at(3)) is None  # and it shadows the older one
+    assert read(store, RowAt(K, (1,)), at(3)) == (None, None)
+    assert read(store, Slice(K), at(3)) == (((1,), (None, None)),)
+    store.write([WriteOp(K, (None, 7), scope=WriteScope.STATIC)], at(4))
+    assert read(store, StaticAt(K), at(5)) == (None, 7)
+
+
 def test_ttl_is_judged_as_of_the_readers_execute_at() -> None:
     store = MemoryPartitions()
     store.write([WriteOp(K, (1,), clustering=(1,), ttl=10)], at(100))
@@ -348,6 +374,50 @@ def test_slices_counts_and_static_rows_evaluate_in_a_transaction() -> None:
     assert writes == (WriteOp(K, (5,), clustering=("a", 9)),)
     store.write(writes, at(2))
     assert read(store, RowAt(K, ("a", 9)), at(3)) == (5,)
+
+
+def test_selections_and_row_writes_tell_one_from_one_point_zero_and_true() -> None:
+    # Python calls 1, 1.0 and True equal; rows and selections tell them apart.
+    kinds: list[object] = [1, 1.0, True]
+    rows = [RowAt(K, (v,)) for v in kinds] + [RowAt(K, ((v,),)) for v in kinds]
+    prefixes = [Slice(K, (v,)) for v in kinds]
+    ranged = [Slice(K, (), Bound(v), Bound(2)) for v in kinds] + [
+        Slice(K, (), None, Bound(v, False)) for v in kinds
+    ]
+    for group in (rows, prefixes, ranged):
+        for i, a in enumerate(group):
+            for j, b in enumerate(group):
+                assert (a == b) == (i == j), (a, b)
+        assert len(set(group)) == len(group)
+    assert RowAt(K, (1, "a")) == RowAt(K, (1, "a"))
+    assert hash(RowAt(K, (1, "a"))) == hash(RowAt(K, (1, "a")))
+    assert Slice(K, (1,), Bound(2.5)) == Slice(K, (1,), Bound(2.5))
+    assert Bound(float("nan")) == Bound(float("nan")) != Bound(-0.0) != Bound(0.0)
+    assert len({Bound(float("nan")), Bound(float("nan"))}) == 1
+
+    store = MemoryPartitions()
+    store.write([WriteOp(K, (10 + i,), clustering=(v,)) for i, v in enumerate(kinds)], at(1))
+    txn = Txn(
+        (),
+        Update(
+            tuple(PutRow(K, (v, "w"), Const((i,))) for i, v in enumerate(kinds)),
+            (Predicate("=", RowOf(K, (1.0,)), Const((11,))),),
+        ),
+        returns=(
+            *(RowOf(K, (v,)) for v in kinds),
+            *(SliceOf(Slice(K, (v,))) for v in kinds),
+        ),
+    )
+    assert len(txn.selections) == 6
+    writes, result = execute(txn, _values(store, txn, at(2)))
+    assert result.error is None and result.applied
+    assert result.returned == (
+        *((10 + i,) for i in range(3)),
+        *((((v,), (10 + i,)),) for i, v in enumerate(kinds)),
+    )
+    # Three rows written, none of them taken for another's earlier write.
+    assert [w.clustering for w in writes] == [(v, "w") for v in kinds]
+    assert [type(w.clustering[0]) for w in writes] == [int, float, bool]
 
 
 def test_range_and_partition_deletes() -> None:
