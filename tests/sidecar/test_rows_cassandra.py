@@ -838,22 +838,11 @@ def test_scalar_clustering_columns_sort_as_cassandra_sorts_them(
     Cassandra sorts them (version, then timestamp; a timeuuid's low bytes signed)."""
     session = cassandra_node.connect()
     ks = f"order_{uuid.uuid4().hex[:8]}"
-
-
-def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
-    cassandra_node: CassandraHandle,
-) -> None:
-    """Writing null to every static column leaves no live static cell: the static row is
-    absent (a later write of it still shadows an older one). A row written with every
-    regular column null is an INSERT, whose row marker keeps the row: present, all nulls."""
-    session = cassandra_node.connect()
-    ks = f"nulls_{uuid.uuid4().hex[:8]}"
     session.execute(
         f"CREATE KEYSPACE {ks} WITH replication = "
         "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         timeout=60,
     )
-<<<<<<< HEAD
     for index, cql_type in enumerate(SCALAR_CLUSTERING):
         order = "DESC" if index % 2 else "ASC"
         session.execute(
@@ -911,7 +900,22 @@ def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
             assert repr(from_cassandra) == repr(from_memory), f"{cql_type} after a range delete"
 
     asyncio.run(run())
-=======
+    cassandra_node.drop_keyspace(session, ks)
+
+
+def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
+    cassandra_node: CassandraHandle,
+) -> None:
+    """Writing null to every static column leaves no live static cell: the static row is
+    absent (a later write of it still shadows an older one). A row written with every
+    regular column null is an INSERT, whose row marker keeps the row: present, all nulls."""
+    session = cassandra_node.connect()
+    ks = f"nulls_{uuid.uuid4().hex[:8]}"
+    session.execute(
+        f"CREATE KEYSPACE {ks} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        timeout=60,
+    )
     session.execute(
         f"CREATE TABLE {ks}.t (p text, c int, v int, w text, s int static, u text static, "
         "PRIMARY KEY (p, c))",
@@ -948,5 +952,4 @@ def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
     expected = [None, None, (None, "z"), (None, None), (((1,), (None, None)),)]
     assert asyncio.run(run(CassandraDataStore(session, catalog))) == expected
     assert asyncio.run(run(MemoryDataStore(catalog))) == expected
->>>>>>> wip/parity
     cassandra_node.drop_keyspace(session, ks)
