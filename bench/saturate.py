@@ -208,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         default="adaptive",
         help="sidecars' timing.recover_delay (fixed: recover_delay_ms alone)",
     )
+    parser.add_argument(
+        "--recover-delay-percentile",
+        type=float,
+        default=0.0,
+        help="sidecars' timing.recover_delay_percentile (adaptive; 0: the default)",
+    )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     args = parser.parse_args(argv)
     if args.py_spy:
@@ -230,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             timing: dict[str, object] = {"recover_delay": args.recover_delay}
             if args.recover_delay_ms:
                 timing["recover_delay_ms"] = args.recover_delay_ms
+            if args.recover_delay_percentile:
+                timing["recover_delay_percentile"] = args.recover_delay_percentile
             with tempfile.TemporaryDirectory(prefix="bench-saturate-") as folder:
                 sidecars = BenchSidecars(
                     Path(folder),
