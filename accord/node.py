@@ -28,6 +28,7 @@ from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import CommandStore
 from accord.local.effects import NeedsTxn, Refused
+from accord.local.recover_delay import RecoverDelay
 from accord.messages import (
     REQUEST_TYPES,
     Accept,
@@ -57,6 +58,7 @@ from accord.messages import (
     Request,
 )
 from accord.primitives import (
+    BALLOT_ZERO,
     Ballot,
     Hlc,
     Key,
@@ -96,6 +98,14 @@ class NodeConfig:
     # A home-shard replica recovers a txn idle this long; other replicas wait longer.
     recover_delay_micros: int = 1_000_000
     recover_delay_other_micros: int = 3_000_000
+    # Adaptive: those two are floors; the delay grows to factor x the percentile-th
+    # PreAccept->Apply time this replica saw over its last window applied txns, up to
+    # recover_delay_max_micros (accord/local/recover_delay.py). Off: the fixed delays.
+    recover_delay_adaptive: bool = True
+    recover_delay_latency_factor: float = 2.0
+    recover_delay_percentile: float = 99.0
+    recover_delay_max_micros: int = 8_000_000
+    recover_delay_window: int = 512
     recover_backoff_max_micros: int = 8_000_000
     progress_scan_micros: int = 100_000
     # At most this many coordinators started by the progress log (recoveries, re-sent
@@ -118,6 +128,13 @@ class NodeConfig:
         check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
         check_argument(
             self.max_progress_coordinators >= 1, "max_progress_coordinators must be at least 1"
+        )
+        # The backoff caps every delay (_scan_progress): a larger learned one could not act.
+        check_argument(
+            self.recover_delay_max_micros <= self.recover_backoff_max_micros,
+            "recover_delay_max_micros (%d) must not exceed recover_backoff_max_micros (%d)",
+            self.recover_delay_max_micros,
+            self.recover_backoff_max_micros,
         )
 
 
@@ -200,6 +217,16 @@ class Node:
         self._progress_cids: set[int] = set()
         # Txns learned durable since the last ready(), journaled as one Durable record.
         self._durable_pending: list[TxnId] = []
+        config = self.config
+        self.recover_delay = RecoverDelay(
+            floor_micros=config.recover_delay_micros,
+            floor_other_micros=config.recover_delay_other_micros,
+            adaptive=config.recover_delay_adaptive,
+            factor=config.recover_delay_latency_factor,
+            percentile=config.recover_delay_percentile,
+            max_micros=max(config.recover_delay_max_micros, config.recover_delay_micros),
+            window=config.recover_delay_window,
+        )
 
     # ------------------------------------------------------------------ clock
 
@@ -310,10 +337,22 @@ class Node:
                 if node != self.node_id:
                     self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
         store.written.clear()
+        if store.applied_ids:
+            self._sample_latencies(store.applied_ids)
         for txn_id in store.applied_ids:
             for src, cid in self._apply_waiters.pop(txn_id, ()):
                 self._send(src, ApplyOk(cid, txn_id))
         store.applied_ids.clear()
+
+    def _sample_latencies(self, applied: list[TxnId]) -> None:
+        now = self.now()
+        commands = self.store.commands
+        for txn_id in applied:
+            command = commands.get(txn_id)
+            # An outcome accepted under a ballot was proposed or delivered by a recovery:
+            # its latency holds the recover delay itself (a crash), not the load's.
+            recovered = command is None or command.accepted != BALLOT_ZERO
+            self.recover_delay.applied(txn_id, now, recovered=recovered)
 
     # ------------------------------------------------------------------ outputs
 
@@ -416,6 +455,7 @@ class Node:
     # isinstance chain tested up to ten types per message).
 
     def _on_preaccept(self, src: int, body: PreAccept) -> Reply | None:
+        self.recover_delay.witnessed(body.txn_id, self.now())
         out = self.store.preaccept(body.txn_id, body.txn, body.route)
         if isinstance(out, Refused):
             return self._nack(body.cid, body.txn_id, out)
@@ -645,6 +685,8 @@ class Node:
         if budget <= 0:
             self.stats.progress_deferred += 1
             return
+        delay_home = self.recover_delay.home()
+        delay_other = self.recover_delay.other()
         for command in sorted(self.store.active(), key=_txn_id_of):
             if command.txn_id in self._coordinating:
                 continue
@@ -661,10 +703,10 @@ class Node:
                 # Chosen and executable, so only the shared store's writer is awaited. Its
                 # write may just be slow: taking over early costs a second write (a quick
                 # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
-                if now - command.last_progress_micros >= config.recover_delay_other_micros:
+                if now - command.last_progress_micros >= delay_other:
                     self.store.take_over(command.txn_id)
                 continue
-            delay = config.recover_delay_micros if home else config.recover_delay_other_micros
+            delay = delay_home if home else delay_other
             delay = min(
                 delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
             )
@@ -704,8 +746,7 @@ class Node:
             if command.txn_id in self._coordinating:
                 continue
             delay = min(
-                config.recover_delay_micros << min(command.recovery_attempts, 6),
-                config.recover_backoff_max_micros,
+                delay_home << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
             )
             if now - command.last_progress_micros < delay + self.rng.randrange(max(1, delay // 2)):
                 continue

@@ -157,14 +157,38 @@ class PeerTlsSettings(BaseModel):
         return value
 
 
+# Bound on timing.recover_delay_max_ms: a learned delay that long leaves a crashed
+# coordinator's transactions (and their keys) waiting 10 minutes.
+MAX_RECOVER_DELAY_MS = 600_000
+
+
 class TimingSettings(BaseModel):
+    """Protocol timing (docs/sidecars.md, "Timing")."""
+
     model_config = ConfigDict(extra="forbid")
 
     retry_ms: int = Field(default=200, ge=1)
-    recover_delay_ms: int = Field(default=1000, ge=1)
+    # The idle time after which a replica recovers a txn (3x for other shards' replicas):
+    # fixed, or the floor of a delay learned from the PreAccept->Apply latency seen here
+    # (accord/local/recover_delay.py), so that slow healthy txns are not recovered.
+    recover_delay_ms: int = Field(default=1000, ge=1, le=MAX_RECOVER_DELAY_MS)
+    recover_delay: Literal["adaptive", "fixed"] = "adaptive"
+    recover_delay_max_ms: int = Field(default=8000, ge=1, le=MAX_RECOVER_DELAY_MS)
+    recover_delay_latency_factor: float = Field(default=2.0, ge=1.0, le=100.0)
+    recover_delay_percentile: float = Field(default=99.0, gt=0.0, le=100.0)
+    recover_delay_window: int = Field(default=512, ge=1, le=100_000)
     preaccept_timeout_ms: int = Field(default=10_000, ge=1)
     client_timeout_ms: int = Field(default=10_000, ge=1)
     reorder_buffer_ms: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _recover_delay_range(self) -> TimingSettings:
+        if self.recover_delay == "adaptive" and self.recover_delay_max_ms < self.recover_delay_ms:
+            raise ValueError(
+                f"recover_delay_max_ms ({self.recover_delay_max_ms}) must be at least "
+                f"recover_delay_ms ({self.recover_delay_ms}) with recover_delay: adaptive"
+            )
+        return self
 
 
 class AdmissionSettings(BaseModel):

@@ -407,6 +407,15 @@ def node_config(config: SidecarConfig) -> NodeConfig:
         retry_micros=timing.retry_ms * 1000,
         recover_delay_micros=timing.recover_delay_ms * 1000,
         recover_delay_other_micros=3 * timing.recover_delay_ms * 1000,
+        recover_delay_adaptive=timing.recover_delay == "adaptive",
+        recover_delay_max_micros=timing.recover_delay_max_ms * 1000,
+        recover_delay_latency_factor=timing.recover_delay_latency_factor,
+        recover_delay_percentile=timing.recover_delay_percentile,
+        recover_delay_window=timing.recover_delay_window,
+        # The backoff caps every delay: never below the learned one's cap.
+        recover_backoff_max_micros=max(
+            NodeConfig().recover_backoff_max_micros, timing.recover_delay_max_ms * 1000
+        ),
         preaccept_timeout_micros=timing.preaccept_timeout_ms * 1000,
         client_timeout_micros=timing.client_timeout_ms * 1000,
         reorder_buffer_micros=timing.reorder_buffer_ms * 1000,

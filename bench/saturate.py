@@ -202,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recover-delay-ms", type=int, default=0, help="sidecars' timing.recover_delay_ms"
     )
+    parser.add_argument(
+        "--recover-delay",
+        choices=("adaptive", "fixed"),
+        default="adaptive",
+        help="sidecars' timing.recover_delay (fixed: recover_delay_ms alone)",
+    )
+    parser.add_argument(
+        "--recover-delay-percentile",
+        type=float,
+        default=0.0,
+        help="sidecars' timing.recover_delay_percentile (adaptive; 0: the default)",
+    )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     args = parser.parse_args(argv)
     if args.py_spy:
@@ -221,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
             # sidecars on a node that lacks the table retry "Unknown CF" until it arrives.
             if not driver.control_connection.wait_for_schema_agreement(wait_time=DDL_TIMEOUT):
                 note("warning: the nodes do not agree on the schema yet")
+            timing: dict[str, object] = {"recover_delay": args.recover_delay}
+            if args.recover_delay_ms:
+                timing["recover_delay_ms"] = args.recover_delay_ms
+            if args.recover_delay_percentile:
+                timing["recover_delay_percentile"] = args.recover_delay_percentile
             with tempfile.TemporaryDirectory(prefix="bench-saturate-") as folder:
                 sidecars = BenchSidecars(
                     Path(folder),
@@ -231,11 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         "port": cassandra.native_port,
                         "keyspaces": [keyspace],
                     },
-                    extra=(
-                        {"timing": {"recover_delay_ms": args.recover_delay_ms}}
-                        if args.recover_delay_ms
-                        else {}
-                    ),
+                    extra={"timing": timing},
                 )
                 started = time.monotonic()
                 with sidecars:

@@ -62,6 +62,8 @@ class BurnConfig:
     shared_storage: bool = False
     # Small values make recovery coordinators race the original ones: a stress mode.
     recover_delay_micros: int | None = None
+    # False: the fixed delays alone (NodeConfig.recover_delay_adaptive).
+    recover_delay_adaptive: bool = True
     # Per flush that sends PreAccepts, with the coordinator_crashes fault on.
     coordinator_crash_chance: float = 0.03
     # Per message while faults last: a delay of 20-400 ms instead of 0.5-5 ms.
@@ -378,7 +380,9 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
         finish(entry, reply)
 
     node_config = NodeConfig(
-        reorder_buffer_micros=config.reorder_buffer_micros, shared_storage=config.shared_storage
+        reorder_buffer_micros=config.reorder_buffer_micros,
+        shared_storage=config.shared_storage,
+        recover_delay_adaptive=config.recover_delay_adaptive,
     )
     if config.recover_delay_micros is not None:
         node_config = replace(

@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         help="progress-log recovery delay (small values race recovery against coordinators)",
     )
     parser.add_argument(
+        "--fixed-recover-delay",
+        action="store_true",
+        help="recover after the fixed delay, not one learned from latency (NodeConfig)",
+    )
+    parser.add_argument(
         "--coordinator-crash-chance",
         type=float,
         default=0.03,
@@ -114,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             recover_delay_micros=(
                 None if args.recover_delay_ms is None else int(args.recover_delay_ms * 1000)
             ),
+            recover_delay_adaptive=not args.fixed_recover_delay,
             coordinator_crash_chance=args.coordinator_crash_chance,
             long_delay_chance=args.long_delay_chance,
             bugs=Bugs(**dict.fromkeys(args.bug, True)),

@@ -27,6 +27,7 @@ class Net:
     topology: Topology | None = None
     # The progress log stays quiet unless a test wants it (recovery then starts by itself).
     recover_delay_micros: int = 10**12
+    recover_delay_adaptive: bool = NodeConfig().recover_delay_adaptive
     max_progress_coordinators: int = NodeConfig().max_progress_coordinators
     shared_storage: bool = False
     # Nodes whose data writes never finish (a writer that died mid-write), and how many
@@ -54,6 +55,7 @@ class Net:
         config = NodeConfig(
             recover_delay_micros=self.recover_delay_micros,
             recover_delay_other_micros=self.recover_delay_micros,
+            recover_delay_adaptive=self.recover_delay_adaptive,
             max_progress_coordinators=self.max_progress_coordinators,
             shared_storage=self.shared_storage,
         )

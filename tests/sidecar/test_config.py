@@ -78,6 +78,31 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             {"cassandra": {"consistency": "ONE"}}, ["cassandra.consistency", "QUORUM"], id="cl"
         ),
         pytest.param({"timing": {"retry_ms": 0}}, ["timing.retry_ms"], id="timing"),
+        pytest.param(
+            {"timing": {"recover_delay": "learned"}},
+            ["timing.recover_delay", "'adaptive' or 'fixed'"],
+            id="recover-delay-mode",
+        ),
+        pytest.param(
+            {"timing": {"recover_delay_ms": 9000}},
+            ["recover_delay_max_ms (8000) must be at least recover_delay_ms (9000)"],
+            id="recover-delay-cap",
+        ),
+        pytest.param(
+            {"timing": {"recover_delay_latency_factor": 0.5}},
+            ["timing.recover_delay_latency_factor"],
+            id="recover-delay-factor",
+        ),
+        pytest.param(
+            {"timing": {"recover_delay_percentile": 0}},
+            ["timing.recover_delay_percentile"],
+            id="recover-delay-percentile",
+        ),
+        pytest.param(
+            {"timing": {"recover_delay_window": 0}},
+            ["timing.recover_delay_window"],
+            id="recover-delay-window",
+        ),
         pytest.param({"admission": {"per_key": 0}}, ["admission.per_key"], id="per-key"),
         pytest.param(
             {"admission": {"waiting_per_key": -1}}, ["admission.waiting_per_key"], id="waiting"
@@ -130,6 +155,39 @@ def test_admission_and_progress_limits_reach_the_node(tmp_path: Path) -> None:
     assert node_config(config).max_progress_coordinators == 4
     admission = admission_control(config)
     assert (admission.per_key, admission.max_waiting_per_key, admission.max_waiting) == (3, 5, 7)
+
+
+def test_the_recover_delay_settings_reach_the_node(tmp_path: Path) -> None:
+    from accord_cassandra.server import node_config
+
+    defaults = node_config(load(write(tmp_path)))
+    assert defaults.recover_delay_adaptive
+    assert (defaults.recover_delay_micros, defaults.recover_delay_other_micros) == (
+        1_000_000,
+        3_000_000,
+    )
+    assert defaults.recover_delay_max_micros == 8_000_000
+    assert defaults.recover_backoff_max_micros == 8_000_000
+    timing = {
+        "recover_delay_ms": 500,
+        "recover_delay_max_ms": 20_000,
+        "recover_delay_latency_factor": 3,
+        "recover_delay_percentile": 95,
+        "recover_delay_window": 64,
+    }
+    tuned = node_config(load(write(tmp_path, timing=timing)))
+    assert tuned.recover_delay_adaptive and tuned.recover_delay_micros == 500_000
+    assert tuned.recover_delay_max_micros == 20_000_000
+    # The backoff caps every delay, so it rises with the cap.
+    assert tuned.recover_backoff_max_micros == 20_000_000
+    assert tuned.recover_delay_latency_factor == 3.0
+    assert tuned.recover_delay_percentile == 95.0
+    assert tuned.recover_delay_window == 64
+    # Fixed: the old behaviour, whatever the cap (a floor above it is no error then).
+    fixed = node_config(
+        load(write(tmp_path, timing={"recover_delay": "fixed", "recover_delay_ms": 9000}))
+    )
+    assert not fixed.recover_delay_adaptive and fixed.recover_delay_micros == 9_000_000
 
 
 def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
