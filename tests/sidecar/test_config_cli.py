@@ -94,7 +94,9 @@ def _tls(**tls: Any) -> Change:
 
 
 CASES: list[Any] = [
-    pytest.param(_table([["b", "float"]]), ["tables", "float", "not supported"], id="float"),
+    pytest.param(
+        _table([["b", "list<int>"]]), ["tables", "non-frozen list", "not served"], id="non-frozen"
+    ),
     pytest.param(
         lambda t, c: c.update(tables={"accounts": TABLES["bank.accounts"]}),
         ["tables", "keyspace.table"],
