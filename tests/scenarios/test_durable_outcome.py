@@ -202,3 +202,49 @@ def test_a_proposal_under_a_lower_ballot_is_refused_after_a_promise() -> None:
     net.deliver(of_type(Apply, src=1, dest=3))
     assert len(net.take(of_type(Nack, src=3, dest=1))) == 1
     assert net.nodes[3].store.commands[txn_id].status is not Status.PRE_APPLIED
+
+
+def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
+    """A coordinator whose read comes after another's chosen outcome was written reads the
+    txn's own write: its second outcome must be refused by the replicas that applied the
+    first, not counted as chosen (seen in the shared-storage burn as duplicate elements)."""
+    from accord import ring_topology
+    from accord.messages import Commit
+
+    net = shared_net(shared_storage=True, topology=ring_topology([1, 2, 3, 4], 3))
+    assert net.topology is not None
+    replicas = net.topology.shard_for(A).replicas
+    assert 3 not in replicas  # node 3 coordinates and reads from a replica
+    txn_id = net.nodes[3].submit(1, add(7))
+    net.flush(3)
+    net.deliver(lambda e: e.dest != 3)  # PreAccepts
+    net.deliver(lambda e: e.dest == 3)  # the fast quorum: Commits out, one asking to read
+    (held,) = net.take(lambda e: isinstance(e.body, Commit) and e.body.read)
+    reader = held.dest
+    net.deliver(of_type(Commit))
+    # Another replica recovers while the reader hears nothing: the outcome (7,) is chosen
+    # by the other two and written.
+    recoverer = next(n for n in replicas if n != reader)
+    assert net.nodes[recoverer].recover(txn_id)
+    net.flush(recoverer)
+    for _ in range(100):
+        if not net.deliver(lambda e: e.dest not in (reader, 3)):
+            break
+    assert net.data[1][A][1] == (7,)
+    # The original read reaches the reader now: it reads (7,), its own write, and the
+    # coordinator proposes (7, 7) under ballot zero.
+    net.inflight.append(held)
+    for _ in range(100):
+        if not net.deliver(lambda e: e.src == 3 or e.dest == 3):
+            break
+    # Refused by the two that applied (7,): the client is not told it read its own write.
+    assert all(r.outcome != "ok" for r in net.replies), net.replies
+    net.settle()
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.settle()
+    outcomes = {net.nodes[n].store.commands[txn_id].writes for n in replicas}
+    assert len(outcomes) == 1, outcomes
+    for node_id in replicas:
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+    assert net.data[1][A][1] == (7,)
