@@ -62,7 +62,8 @@ def test_no_write_before_a_quorum_journaled_the_outcome() -> None:
     net.deliver(of_type(Apply, dest=2))
     assert A not in net.data[1]
     net.deliver(of_type(ApplyOk, dest=1))
-    assert net.take(of_type(OutcomeDurable, dest=3)) == []  # node 3 gets the full Apply
+    # Node 3 has not journaled it yet: it hears the outcome is chosen after its own ack.
+    assert net.take(of_type(OutcomeDurable, dest=3)) == []
     net.deliver(of_type(OutcomeDurable))
     assert net.data[1][A][1] == (7,)
 
@@ -248,3 +249,27 @@ def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
     for node_id in replicas:
         assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
     assert net.data[1][A][1] == (7,)
+
+
+def test_a_late_replica_hears_the_outcome_is_chosen_after_its_ack() -> None:
+    """A replica that had not journaled the proposal when a quorum had gets no second full
+    Apply: its own ack brings an OutcomeDurable, and it writes then."""
+    from accord.messages import OutcomeDurable
+
+    net = Net()
+    net.nodes[1].submit(1, add(7))
+    net.flush(1)
+    net.deliver(of_type(PreAccept))
+    net.deliver(of_type(PreAcceptOk))
+    net.deliver(of_type(Apply, dest=2))
+    net.deliver(of_type(ApplyOk, dest=1))  # nodes 1 and 2 journaled it: chosen
+    assert [e.body.chosen for e in net.inflight if isinstance(e.body, Apply) and e.dest == 3] == [
+        False
+    ]
+    assert A not in net.data[3]
+    net.deliver(lambda e: e.dest == 3)  # the proposal: journaled, not yet written
+    assert A not in net.data[3]
+    assert net.take(of_type(OutcomeDurable, dest=3)) == []
+    net.deliver(of_type(ApplyOk, dest=1))
+    assert net.deliver(of_type(OutcomeDurable, dest=3)) == 1
+    assert net.data[3][A][1] == (7,)
