@@ -393,6 +393,7 @@ class CommandStore:
             # choosing it, so it gets one only if it carries what we applied.
             if (
                 chosen
+                or self.bugs.applied_acks_any_proposal
                 or ballot >= command.promised
                 or (writes == command.writes and result == command.result)
             ):

@@ -13,7 +13,18 @@ from typing import Any
 
 from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Apply, ApplyOk, PreAccept, PreAcceptOk
-from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from accord.primitives import (
+    BALLOT_ZERO,
+    BinOp,
+    Const,
+    Put,
+    ReadOf,
+    Status,
+    Txn,
+    TxnId,
+    Update,
+    sim_key,
+)
 from tests.scenarios.harness import Net, of_type
 
 A = sim_key("a")
@@ -205,14 +216,11 @@ def test_a_proposal_under_a_lower_ballot_is_refused_after_a_promise() -> None:
     assert net.nodes[3].store.commands[txn_id].status is not Status.PRE_APPLIED
 
 
-def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
-    """A coordinator whose read comes after another's chosen outcome was written reads the
-    txn's own write: its second outcome must be refused by the replicas that applied the
-    first, not counted as chosen (seen in the shared-storage burn as duplicate elements)."""
+def _stale_execution_after_the_write(bugs: Bugs = NO_BUGS) -> tuple[Net, TxnId]:
     from accord import ring_topology
     from accord.messages import Commit
 
-    net = shared_net(shared_storage=True, topology=ring_topology([1, 2, 3, 4], 3))
+    net = shared_net(bugs, shared_storage=True, topology=ring_topology([1, 2, 3, 4], 3))
     assert net.topology is not None
     replicas = net.topology.shard_for(A).replicas
     assert 3 not in replicas  # node 3 coordinates and reads from a replica
@@ -238,6 +246,16 @@ def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
     for _ in range(100):
         if not net.deliver(lambda e: e.src == 3 or e.dest == 3):
             break
+    return net, txn_id
+
+
+def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
+    """A coordinator whose read comes after another's chosen outcome was written reads the
+    txn's own write: its second outcome must be refused by the replicas that applied the
+    first, not counted as chosen (seen in the shared-storage burn as duplicate elements)."""
+    net, txn_id = _stale_execution_after_the_write()
+    assert net.topology is not None
+    replicas = net.topology.shard_for(A).replicas
     # Refused by the two that applied (7,): the client is not told it read its own write.
     assert all(r.outcome != "ok" for r in net.replies), net.replies
     net.settle()
@@ -249,6 +267,13 @@ def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
     for node_id in replicas:
         assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
     assert net.data[1][A][1] == (7,)
+
+
+def test_planted_applied_acks_any_proposal_chooses_a_second_outcome() -> None:
+    net, txn_id = _stale_execution_after_the_write(Bugs(applied_acks_any_proposal=True))
+    (reply,) = net.replies
+    assert reply.txn_id == txn_id and reply.outcome == "ok" and reply.result is not None
+    assert reply.result.read(A) == (7,)  # the client read its own write
 
 
 def test_a_late_replica_hears_the_outcome_is_chosen_after_its_ack() -> None:
