@@ -168,6 +168,10 @@ class TransactionCoordinator:
         self.journaled: QuorumTracker | None = None
         self.persist_ballot: Ballot = ballot
         self.chosen = False
+        # Replicas whose journal ack had not come when the outcome was chosen: each is told
+        # with an OutcomeDurable once its ack comes (its proposal is in flight already), not
+        # with a second full Apply at once.
+        self.chosen_pending_ack: set[int] = set()
         self.invalidation_shard: Shard | None = None
         self.invalidation_key: Key | None = None
         self.outcome: Outcome | None = None
@@ -305,6 +309,11 @@ class TransactionCoordinator:
                 # A recovery coordinator promised a higher ballot before our outcome was
                 # chosen: it decides the outcome now (and finds ours if it could matter).
                 self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+            elif self.chosen and src in self.chosen_pending_ack:
+                # It refused our proposal, so no ack is coming: the chosen outcome is taken
+                # whatever it promised.
+                self.chosen_pending_ack.discard(src)
+                self.host.send(src, self._apply(chosen=True))
             return
         if self.phase not in (
             Phase.PREACCEPT,
@@ -579,6 +588,10 @@ class TransactionCoordinator:
             self._answered(src)
             if self.journaled.success(src) is Progress.SUCCESS:
                 self._on_chosen(self.journaled.responded())
+        elif src in self.chosen_pending_ack:
+            self.chosen_pending_ack.discard(src)
+            if not reply.applied:
+                self.host.send(src, OutcomeDurable(self.cid, self.txn_id, self.persist_ballot))
         if not reply.applied:
             return
         if self.pending is not None:
@@ -590,8 +603,12 @@ class TransactionCoordinator:
             self.pending = None
 
     def _on_chosen(self, journaled: set[int]) -> None:
-        """The outcome can never change now: tell every replica (those that journaled it
-        need only the ballot), then the client."""
+        """The outcome can never change now: tell every replica, then the client.
+
+        Those that journaled it need only the ballot; so do the rest once they journal the
+        proposal already sent to them (their ack brings an OutcomeDurable), which saves a
+        full Apply and its ack per late replica. Re-sends carry the chosen Apply.
+        """
         assert self.applied is not None
         self.chosen = True
         body = self._apply(chosen=True)
@@ -603,7 +620,7 @@ class TransactionCoordinator:
             if node in journaled:
                 self.host.send(node, OutcomeDurable(self.cid, self.txn_id, self.persist_ballot))
             else:
-                self.host.send(node, body)
+                self.chosen_pending_ack.add(node)
         self._tell_client()
 
     def _tell_client(self) -> None:

@@ -26,6 +26,8 @@ class Bugs:
     fast_vote_ignores_conflicts: bool = False
     witness_any_key: bool = False
     write_before_durable: bool = False
+    # An applied replica acks any proposal, counting it toward a second outcome.
+    applied_acks_any_proposal: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)

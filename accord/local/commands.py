@@ -387,7 +387,18 @@ class CommandStore:
                 command.execute_at,
             )
         if command.status is Status.APPLIED:
-            return Ok()
+            # Applied means chosen. A proposal under a lower ballot than our promise may carry
+            # another outcome (over shared storage, a coordinator that read after the chosen
+            # one was written reads the txn's own writes): an ack would count us toward
+            # choosing it, so it gets one only if it carries what we applied.
+            if (
+                chosen
+                or self.bugs.applied_acks_any_proposal
+                or ballot >= command.promised
+                or (writes == command.writes and result == command.result)
+            ):
+                return Ok()
+            return Refused(command.promised, command.status)
         if not chosen and command.promised > ballot:
             return Refused(command.promised, command.status)
         if command.status is Status.PRE_APPLIED:

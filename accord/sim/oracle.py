@@ -23,6 +23,9 @@ invisible to it. These oracles watch every replica instead:
   replicas share (the sidecars' Cassandra) a recovery coordinator could then miss the
   outcome, re-execute and read the transaction's own writes (docs/accord.md, "Writes wait
   for a durable outcome").
+- **One outcome** (per txn and key): every replica that writes a transaction writes the same
+  values. Two outcomes of one txn (a coordinator that executed it again, its proposal
+  counted as chosen) would otherwise show only if a later read happened to meet both.
 - **Recovery evidence** (per reply): the fast-path argument, checked from the replica's raw
   state independently of ``CommandStore``. A replica that holds a conflicting txn with a
   later id, accepted or committed, whose deps for a key the two share lack ours, must report
@@ -53,6 +56,7 @@ from accord.primitives import (
     Status,
     Timestamp,
     TxnId,
+    WriteOp,
 )
 from accord.topology import Topology
 
@@ -91,6 +95,8 @@ class Oracle:
         self._promised: dict[tuple[int, TxnId], Ballot] = {}
         # txn -> the nodes that journaled an outcome for it
         self._outcome_journaled: dict[TxnId, set[int]] = {}
+        # (txn, key) -> the writes first issued for it, by any replica
+        self._written: dict[tuple[TxnId, Key], tuple[WriteOp, ...]] = {}
 
     # ------------------------------------------------------------------ durable before written
 
@@ -108,6 +114,20 @@ class Oracle:
                 held,
                 shard.range,
                 shard.slow_quorum,
+            )
+        by_key: dict[Key, list[WriteOp]] = {}
+        for write in op.writes:
+            by_key.setdefault(write.key, []).append(write)
+        for key, writes in by_key.items():
+            first = self._written.setdefault((op.txn_id, key), tuple(writes))
+            check_state(
+                first == tuple(writes),
+                "node %d wrote %s for %s as %r, another replica as %r: two outcomes of one txn",
+                node_id,
+                key,
+                op.txn_id,
+                writes,
+                first,
             )
 
     # ------------------------------------------------------------------ execution order

@@ -13,7 +13,18 @@ from typing import Any
 
 from accord.local.commands import NO_BUGS, Bugs
 from accord.messages import Apply, ApplyOk, PreAccept, PreAcceptOk
-from accord.primitives import BALLOT_ZERO, BinOp, Const, Put, ReadOf, Status, Txn, Update, sim_key
+from accord.primitives import (
+    BALLOT_ZERO,
+    BinOp,
+    Const,
+    Put,
+    ReadOf,
+    Status,
+    Txn,
+    TxnId,
+    Update,
+    sim_key,
+)
 from tests.scenarios.harness import Net, of_type
 
 A = sim_key("a")
@@ -62,7 +73,8 @@ def test_no_write_before_a_quorum_journaled_the_outcome() -> None:
     net.deliver(of_type(Apply, dest=2))
     assert A not in net.data[1]
     net.deliver(of_type(ApplyOk, dest=1))
-    assert net.take(of_type(OutcomeDurable, dest=3)) == []  # node 3 gets the full Apply
+    # Node 3 has not journaled it yet: it hears the outcome is chosen after its own ack.
+    assert net.take(of_type(OutcomeDurable, dest=3)) == []
     net.deliver(of_type(OutcomeDurable))
     assert net.data[1][A][1] == (7,)
 
@@ -202,3 +214,87 @@ def test_a_proposal_under_a_lower_ballot_is_refused_after_a_promise() -> None:
     net.deliver(of_type(Apply, src=1, dest=3))
     assert len(net.take(of_type(Nack, src=3, dest=1))) == 1
     assert net.nodes[3].store.commands[txn_id].status is not Status.PRE_APPLIED
+
+
+def _stale_execution_after_the_write(bugs: Bugs = NO_BUGS) -> tuple[Net, TxnId]:
+    from accord import ring_topology
+    from accord.messages import Commit
+
+    net = shared_net(bugs, shared_storage=True, topology=ring_topology([1, 2, 3, 4], 3))
+    assert net.topology is not None
+    replicas = net.topology.shard_for(A).replicas
+    assert 3 not in replicas  # node 3 coordinates and reads from a replica
+    txn_id = net.nodes[3].submit(1, add(7))
+    net.flush(3)
+    net.deliver(lambda e: e.dest != 3)  # PreAccepts
+    net.deliver(lambda e: e.dest == 3)  # the fast quorum: Commits out, one asking to read
+    (held,) = net.take(lambda e: isinstance(e.body, Commit) and e.body.read)
+    reader = held.dest
+    net.deliver(of_type(Commit))
+    # Another replica recovers while the reader hears nothing: the outcome (7,) is chosen
+    # by the other two and written.
+    recoverer = next(n for n in replicas if n != reader)
+    assert net.nodes[recoverer].recover(txn_id)
+    net.flush(recoverer)
+    for _ in range(100):
+        if not net.deliver(lambda e: e.dest not in (reader, 3)):
+            break
+    assert net.data[1][A][1] == (7,)
+    # The original read reaches the reader now: it reads (7,), its own write, and the
+    # coordinator proposes (7, 7) under ballot zero.
+    net.inflight.append(held)
+    for _ in range(100):
+        if not net.deliver(lambda e: e.src == 3 or e.dest == 3):
+            break
+    return net, txn_id
+
+
+def test_a_stale_execution_after_the_write_is_not_chosen() -> None:
+    """A coordinator whose read comes after another's chosen outcome was written reads the
+    txn's own write: its second outcome must be refused by the replicas that applied the
+    first, not counted as chosen (seen in the shared-storage burn as duplicate elements)."""
+    net, txn_id = _stale_execution_after_the_write()
+    assert net.topology is not None
+    replicas = net.topology.shard_for(A).replicas
+    # Refused by the two that applied (7,): the client is not told it read its own write.
+    assert all(r.outcome != "ok" for r in net.replies), net.replies
+    net.settle()
+    for _ in range(10):
+        net.tick(1_000_000)
+        net.settle()
+    outcomes = {net.nodes[n].store.commands[txn_id].writes for n in replicas}
+    assert len(outcomes) == 1, outcomes
+    for node_id in replicas:
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+    assert net.data[1][A][1] == (7,)
+
+
+def test_planted_applied_acks_any_proposal_chooses_a_second_outcome() -> None:
+    net, txn_id = _stale_execution_after_the_write(Bugs(applied_acks_any_proposal=True))
+    (reply,) = net.replies
+    assert reply.txn_id == txn_id and reply.outcome == "ok" and reply.result is not None
+    assert reply.result.read(A) == (7,)  # the client read its own write
+
+
+def test_a_late_replica_hears_the_outcome_is_chosen_after_its_ack() -> None:
+    """A replica that had not journaled the proposal when a quorum had gets no second full
+    Apply: its own ack brings an OutcomeDurable, and it writes then."""
+    from accord.messages import OutcomeDurable
+
+    net = Net()
+    net.nodes[1].submit(1, add(7))
+    net.flush(1)
+    net.deliver(of_type(PreAccept))
+    net.deliver(of_type(PreAcceptOk))
+    net.deliver(of_type(Apply, dest=2))
+    net.deliver(of_type(ApplyOk, dest=1))  # nodes 1 and 2 journaled it: chosen
+    assert [e.body.chosen for e in net.inflight if isinstance(e.body, Apply) and e.dest == 3] == [
+        False
+    ]
+    assert A not in net.data[3]
+    net.deliver(lambda e: e.dest == 3)  # the proposal: journaled, not yet written
+    assert A not in net.data[3]
+    assert net.take(of_type(OutcomeDurable, dest=3)) == []
+    net.deliver(of_type(ApplyOk, dest=1))
+    assert net.deliver(of_type(OutcomeDurable, dest=3)) == 1
+    assert net.data[3][A][1] == (7,)
