@@ -121,7 +121,8 @@ TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "recovery_ignores_earlier_accepted": (10, MULTI_SHARD),
     "witness_any_key": (10, MULTI_SHARD),
     "write_before_durable": (1, {}),
-    "applied_acks_any_proposal": (3, SHARED),
+    # The stale proposal needs a recovery racing the one that wrote: the fixed delay.
+    "applied_acks_any_proposal": (3, {**SHARED, "recover_delay_adaptive": False}),
 }
 
 
