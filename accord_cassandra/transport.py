@@ -254,6 +254,12 @@ class PeerSender:
                     continue
                 try:
                     await self._stream(batch)
+                except Exception as error:  # noqa: BLE001
+                    # grpc can raise its own internal errors (ExecuteBatchError) when the
+                    # peer goes away mid-call; the sender must outlive them, or this peer
+                    # would never hear from this node again.
+                    self._end_stream()
+                    self._failed(batch, type(error).__name__)
                 finally:
                     slots.release()
         finally:
@@ -329,6 +335,10 @@ class PeerSender:
             return False
         except TimeoutError:
             self._failed(batch, "probe timed out")
+            return False
+        except Exception as error:  # noqa: BLE001
+            # A peer that went away mid-probe can surface as grpc's ExecuteBatchError.
+            self._failed(batch, type(error).__name__)
             return False
         self._probed = True
         return True
