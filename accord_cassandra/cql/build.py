@@ -619,7 +619,7 @@ class _Binder:
                 )
             return self.value(value, f"the value of {a.column}")
         # ``col += v``: a read of the row itself, added as a LET of its own.
-        current = self.hidden_row(table, key, a.pos)
+        current = self.hidden_row(table, key, a.pos, table.static_index(a.column) is not None)
         delta = self.value(value, f"the value added to {a.column}")
         return Expression(
             pb.Expr(
@@ -631,16 +631,25 @@ class _Binder:
             )
         )
 
-    def hidden_row(self, table: TableSchema, key: _Key, pos: ast.Pos) -> str:
-        if key.column is not None or len(key.prefix) != len(table.clustering):
-            raise CqlError(f"{pos}: += and -= need one whole row (every clustering column by =)")
+    def hidden_row(self, table: TableSchema, key: _Key, pos: ast.Pos, static: bool) -> str:
+        """The LET reading the row (or, for a static column, the partition's static row)
+        that ``+=`` updates: one per row, shared by its columns."""
+        whole = len(key.prefix) == len(table.clustering)
+        if key.column is not None or not (whole or (static and not key.prefix)):
+            raise CqlError(
+                f"{pos}: += and -= need one whole row (every clustering column by =), "
+                "or a static column and no clustering"
+            )
         for name, info in self.lets.items():
             if name.startswith("_row") and info.table == table and info.key_values == key.named:
                 return name
         self.hidden += 1
         name = f"_row{self.hidden}"
-        self.txn.let(name, table.keyspace, table.table, key.partition, key.prefix)
-        self.lets[name] = _LetInfo(name, table, False, None, None, key.named)
+        if whole:
+            self.txn.let(name, table.keyspace, table.table, key.partition, key.prefix)
+        else:  # the static row comes with any slice of the partition; read at most one row
+            self.txn.let_slice(name, table.keyspace, table.table, key.partition, (), limit=1)
+        self.lets[name] = _LetInfo(name, table, not whole, 1, None, key.named)
         return name
 
 
