@@ -242,6 +242,17 @@ class _Binder:
         if isinstance(expr, ast.Marker):
             return _Constant(self.values[expr.index])
         if isinstance(expr, ast.Collection):
+            if expr.kind == "map":
+                for field_name in expr.items[::2]:
+                    if (
+                        isinstance(field_name, ast.Ref)
+                        and field_name.column is None
+                        and field_name.name not in self.lets
+                    ):
+                        raise CqlError(
+                            f"{field_name.pos}: a UDT literal {{{field_name.name}: …}} is not "
+                            "supported: give the fields as a tuple, in the type's order"
+                        )
             items = [self.constant(i, f"an element of a {expr.kind} literal") for i in expr.items]
             if expr.kind == "map":
                 return _Constant(dict(zip(items[::2], items[1::2], strict=True)))

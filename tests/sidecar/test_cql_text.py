@@ -472,6 +472,8 @@ REFUSED = [
     ),
     (txn("DELETE memo FROM bank.ledger WHERE account = 'a' AND at = 1;"), "DELETE of columns"),
     (txn("UPDATE bank.accounts SET tag = 1 + tag WHERE id = 'a';"), "list prepend"),
+    (txn("UPDATE bank.accounts SET tag = {street: 'x'} WHERE id = 'a';"), "a UDT literal"),
+    (txn("UPDATE bank.accounts SET tag = 1h30m WHERE id = 'a';"), "token recognition error"),
 ]
 
 
