@@ -269,6 +269,26 @@ def test_every_statement_form_equals_the_builder(
     assert bound.transaction == expected(), to_cql(bound.transaction, CATALOG)
 
 
+def test_names_that_start_with_a_keyword_are_names() -> None:
+    t = Transaction()
+    letter = t.let("letter", "bank", "accounts", "a")
+    nullx = t.let("nullx", "bank", "accounts", "b")
+    t.where(letter["tag"] == nullx["tag"], letter["balance"].not_null())
+    t.update("bank", "accounts", "a", tag=True)
+    text = txn(
+        "LET letter = (SELECT * FROM bank.accounts WHERE id = 'a');\n"
+        "LET nullx = (SELECT * FROM bank.accounts WHERE id = 'b');\n"
+        "IF letter.tag = nullx.tag AND letter.balance IS NOT NULL THEN\n"
+        "  UPDATE bank.accounts SET tag = TRUE WHERE id = 'a';\n"
+        "END IF"
+    )
+    assert bind(text, None, CATALOG).transaction == t
+    # Where only a value may stand, a name that starts like one is reported whole.
+    with pytest.raises(CqlSyntaxError) as raised:
+        bind(txn("UPDATE bank.accounts SET tag = 1 WHERE id = truex;"), None, CATALOG)
+    assert (raised.value.token, raised.value.column) == ("truex", 45), str(raised.value)
+
+
 def test_nan_parses_to_nan() -> None:
     bound = bind(
         txn("UPDATE bank.accounts SET balance = NaN, tag = -nan WHERE id = 'k';"),
@@ -509,7 +529,9 @@ def test_binding_errors_name_the_marker() -> None:
 
 _NAMES = st.one_of(
     st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True),
-    st.sampled_from(["Src", "select", "ttl", 'we"ird', "two words", "count"]),
+    st.sampled_from(
+        ["Src", "select", "ttl", 'we"ird', "two words", "count", "letter", "truex", "ifx", "nan1"]
+    ),
 )
 _INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 _SCALARS = st.one_of(
