@@ -112,7 +112,6 @@ class Bound:
         name = self.select_let
         if name is None:  # pragma: no cover - checked by the caller
             return []
-        table = self.select_table
         statics = result.rows.get(name) or {}
         entries: list[dict[str, object]]
         if self.select_slice:
@@ -122,9 +121,8 @@ class Bound:
             entries = [] if found is None else [found]
         out = []
         for entry in entries:
-            values = {**self.select_key, **statics, **entry}
-            if table is not None and not self.select_slice:
-                values.update(self.select_key)
+            # A single row's clustering values are not in its columns: they are its key.
+            values = {**statics, **entry, **self.select_key}
             out.append(tuple(values.get(c) for c in self.columns))
         return out
 
@@ -294,7 +292,7 @@ class _Binder:
         self, table: TableSchema, where: Sequence[ast.Relation], statement: str, pos: ast.Pos
     ) -> _Key:
         equal: dict[str, object] = {}
-        ranges: list[ast.Relation] = []
+        ranges: list[tuple[ast.Relation, object]] = []  # a bound and its bound value
         keys = [n for n, _ in table.partition_key]
         clustering = [n for n, _, _ in table.clustering]
         for relation in where:
@@ -319,7 +317,7 @@ class _Binder:
                     f"(a transaction names whole partitions), not {relation.op}"
                 )
             else:
-                ranges.append(ast.Relation(column, relation.op, _Literal(value), relation.pos))
+                ranges.append((relation, value))
         missing = [k for k in keys if k not in equal]
         if missing:
             raise CqlError(
@@ -339,7 +337,7 @@ class _Binder:
             )
         bounds: dict[str, object] = {}
         range_column: str | None = None
-        for relation in ranges:
+        for relation, bound_value in ranges:
             if relation.column != (
                 clustering[len(prefix)] if len(prefix) < len(clustering) else None
             ):
@@ -358,7 +356,7 @@ class _Binder:
             side = "lower" if op in ("gt", "ge") else "upper"
             if any(k.startswith(side) for k in bounds):
                 raise CqlError(f"{relation.pos}: two {side} bounds on {relation.column}")
-            bounds[f"{side}:{op}"] = _literal_value(relation.value)
+            bounds[f"{side}:{op}"] = bound_value
         return _Key(
             [equal[k] for k in keys],
             prefix,
@@ -712,19 +710,6 @@ class _LetInfo:
                 return "row"
             return "first" if self.slice else "key"
         return "first" if self.slice else "row"
-
-
-class _Literal(ast.Literal):
-    """A WHERE value already bound (a relation re-made with its constant)."""
-
-    def __init__(self, value: object) -> None:
-        super().__init__(value, ast.Pos(0, 0))
-
-
-def _literal_value(expr: ast.Expr) -> object:
-    if isinstance(expr, ast.Literal):
-        return expr.value
-    raise CqlError(f"{expr.pos}: a bound must be a literal or a bind marker")  # pragma: no cover
 
 
 def _check_exists(table: TableSchema, column: str, pos: ast.Pos) -> None:

@@ -71,14 +71,11 @@ def test_transfers_as_text_on_cassandra(cassandra_sidecars: CassandraSidecars) -
     outcomes = asyncio.run(run())
     applied = [n for n, o in enumerate(outcomes) if isinstance(o, CqlResult) and o.applied]
     assert applied, outcomes
-    rows = session.execute(
-        SimpleStatement(
-            f"SELECT id, balance FROM {ks}.accounts WHERE id IN %s",
-            consistency_level=ConsistencyLevel.QUORUM,
-        ),
-        (tuple(ids),),
+    read = SimpleStatement(
+        f"SELECT balance FROM {ks}.accounts WHERE id = %s",
+        consistency_level=ConsistencyLevel.QUORUM,
     )
-    balances = {r.id: r.balance for r in rows}
+    balances = {i: session.execute(read, (i,)).one().balance for i in ids}
     assert sum(balances.values()) == 150, balances
     with Client(addresses[1], timeout=60) as client:
         ledger = client.execute_cql(
