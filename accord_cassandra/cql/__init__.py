@@ -4,11 +4,21 @@ client :class:`~accord_cassandra.client.Transaction`; :func:`prepare` parses onc
 binds; :func:`to_cql` prints a transaction back as text. docs/sidecars.md ("CQL transaction
 text") lists the grammar and what is refused."""
 
-from accord_cassandra.cql.build import Bound, CqlResult, Params, Prepared, as_catalog, bind, prepare
+from accord_cassandra.cql.build import (
+    BindColumn,
+    Bound,
+    CqlResult,
+    Params,
+    Prepared,
+    as_catalog,
+    bind,
+    prepare,
+)
 from accord_cassandra.cql.parser import CqlError, CqlSyntaxError, parse
 from accord_cassandra.cql.pretty import to_cql
 
 __all__ = [
+    "BindColumn",
     "Bound",
     "CqlError",
     "CqlResult",

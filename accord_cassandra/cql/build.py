@@ -140,6 +140,12 @@ class Prepared:
     def markers(self) -> tuple[ast.Marker, ...]:
         return self.tree.markers
 
+    def bind_columns(self) -> list[BindColumn | None]:
+        """What each marker binds, as a native-protocol PREPARED result describes its
+        variables: the column (``[limit]``, ``[ttl]``) and CQL type, or None where the text
+        does not say (an element of a collection literal, a table it does not know)."""
+        return _bind_columns(self.tree, self.catalog)
+
     def bind(self, params: Params | None = None) -> Bound:
         from accord_cassandra.translate import RequestError
 
@@ -147,6 +153,84 @@ class Prepared:
             return _Binder(self.tree, self.catalog, _values(self.tree.markers, params)).build()
         except RequestError as error:  # a bound value the client API has no form for
             raise CqlError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class BindColumn:
+    keyspace: str
+    table: str
+    name: str
+    cql_type: str
+
+
+def _bind_columns(tree: ast.Transaction, catalog: Catalog) -> list[BindColumn | None]:
+    out: list[BindColumn | None] = [None] * len(tree.markers)
+
+    def lookup(table: ast.Table) -> TableSchema | None:
+        if table.keyspace is None:
+            return None
+        try:
+            return catalog.table(table.keyspace, table.name)
+        except SchemaError:
+            return None
+
+    def typed(schema: TableSchema, column: str) -> BindColumn | None:
+        kinds = dict(schema.partition_key) | {n: t for n, t, _ in schema.clustering}
+        kinds |= dict(schema.columns) | dict(schema.static)
+        found = kinds.get(column)
+        return None if found is None else BindColumn(schema.keyspace, schema.table, column, found)
+
+    def mark(expr: ast.Expr | None, spec: BindColumn | None) -> None:
+        if isinstance(expr, ast.Marker):
+            out[expr.index] = spec
+        elif isinstance(expr, ast.Binary):  # + and - keep their operands' type
+            mark(expr.left, spec)
+            mark(expr.right, spec)
+
+    def special(expr: ast.Expr | None, schema: TableSchema | None, name: str) -> None:
+        if schema is not None:
+            mark(expr, BindColumn(schema.keyspace, schema.table, name, "int"))
+
+    def where(schema: TableSchema | None, relations: Sequence[ast.Relation]) -> None:
+        for relation in relations:
+            mark(relation.value, None if schema is None else typed(schema, relation.column))
+
+    lets: dict[str, TableSchema] = {}
+    selects = [(let.name, let.select) for let in tree.lets]
+    if tree.select is not None:
+        selects.append((SELECT_LET, tree.select))
+    for name, select in selects:
+        schema = lookup(select.table)
+        if schema is not None:
+            lets[name] = schema
+        where(schema, select.where)
+        special(select.limit, schema, "[limit]")
+
+    def side(expr: ast.Expr) -> BindColumn | None:
+        if isinstance(expr, ast.Ref) and expr.column is not None and expr.name in lets:
+            return typed(lets[expr.name], expr.column)
+        if isinstance(expr, ast.Binary):
+            return side(expr.left) or side(expr.right)
+        return None
+
+    for condition in tree.conditions or ():
+        if condition.right is not None:
+            mark(condition.right, side(condition.left))
+            mark(condition.left, side(condition.right))
+    for m in tree.modifications:
+        schema = lookup(m.table)
+        if isinstance(m, ast.Insert):
+            for column, value in zip(m.columns, m.values, strict=True):
+                mark(value, None if schema is None else typed(schema, column))
+            special(m.ttl, schema, "[ttl]")
+        elif isinstance(m, ast.Update):
+            for a in m.assignments:
+                mark(a.value, None if schema is None else typed(schema, a.column))
+            where(schema, m.where)
+            special(m.ttl, schema, "[ttl]")
+        else:
+            where(schema, m.where)
+    return out
 
 
 def as_catalog(schema: Catalog | Mapping[str, Any]) -> Catalog:

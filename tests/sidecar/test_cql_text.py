@@ -525,6 +525,37 @@ def test_binding_errors_name_the_marker() -> None:
     assert first == Transaction().update("bank", "accounts", "a", tag=1)
 
 
+def test_prepared_markers_name_the_columns_they_bind() -> None:
+    prepared = prepare(
+        txn(
+            "LET a = (SELECT * FROM bank.ledger WHERE account = ? AND at >= ? LIMIT ?);\n"
+            "IF a.amount > ? + 1 AND ? = a.memo THEN\n"
+            "  UPDATE bank.accounts USING TTL ? SET balance = a.amount - ? WHERE id = ?;\n"
+            "  INSERT INTO shop.items (region, sku, qty, photo) VALUES (?, ?, ?, [?]);\n"
+            "END IF"
+        ),
+        CATALOG,
+    )
+    described = [
+        None if c is None else (f"{c.keyspace}.{c.table}", c.name, c.cql_type)
+        for c in prepared.bind_columns()
+    ]
+    assert described == [
+        ("bank.ledger", "account", "text"),
+        ("bank.ledger", "at", "bigint"),
+        ("bank.ledger", "[limit]", "int"),
+        ("bank.ledger", "amount", "bigint"),
+        ("bank.ledger", "memo", "text"),
+        ("bank.accounts", "[ttl]", "int"),
+        ("bank.accounts", "balance", "bigint"),
+        ("bank.accounts", "id", "text"),
+        ("shop.items", "region", "text"),
+        ("shop.items", "sku", "int"),
+        ("shop.items", "qty", "int"),
+        None,
+    ]
+
+
 # -- generated transactions: builder → text → parse gives the same transaction -------------
 
 _NAMES = st.one_of(
