@@ -151,7 +151,8 @@ def to_cql(
 ) -> str:
     """The text of ``transaction`` (the tables must be in ``catalog``); ``returning`` adds
     ``SELECT let.column, …;``. A ``delete`` with no clustering value prints as a partition
-    delete, which it is (docs/sidecars.md)."""
+    delete, which it is (docs/sidecars.md). The reads the parser itself adds (LETs named
+    ``_…``, for ``+=`` and a plain SELECT) print as LETs, which the parser then refuses."""
     request = transaction if isinstance(transaction, pb.TransactRequest) else transaction.request
     lines = ["BEGIN TRANSACTION"]
     lines += [f"  {let(catalog, entry)}" for entry in request.lets]
