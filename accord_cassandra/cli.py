@@ -125,6 +125,11 @@ def _txn(args: argparse.Namespace) -> int:
     from accord_cassandra.client import Client, TransactionError
     from accord_cassandra.v1 import client_pb2
 
+    if args.cql is not None:
+        return _txn_cql(args)
+    if args.request is None:
+        _err("txn: give a TransactRequest in JSON or --cql FILE")
+        return 2
     request = client_pb2.TransactRequest()
     try:
         json_format.Parse(args.request, request)
@@ -138,6 +143,46 @@ def _txn(args: argparse.Namespace) -> int:
             _err(str(error))
             return 1
     _out(json.dumps(dataclasses.asdict(result), default=_json_value, sort_keys=True))
+    return 0
+
+
+def _txn_cql(args: argparse.Namespace) -> int:
+    import yaml
+
+    from accord_cassandra.client import Client, TransactionError
+    from accord_cassandra.cql import CqlError, bind
+
+    try:
+        text = sys.stdin.read() if args.cql == "-" else Path(args.cql).read_text()
+        loaded = yaml.safe_load(Path(args.schema).read_text()) if args.schema else None
+        params = json.loads(args.params) if args.params else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError) as error:
+        _err(f"txn --cql: {error}")
+        return 2
+    # A sidecar config (its tables:) or the tables mapping itself.
+    tables = loaded.get("tables", loaded) if isinstance(loaded, dict) else None
+    if not isinstance(tables, dict):
+        _err("txn --cql needs --schema FILE: a sidecar config or its tables: mapping (YAML)")
+        return 2
+    try:
+        bound = bind(text, params, tables)
+    except CqlError as error:
+        _err(str(error))
+        return 2
+    with Client(args.address, token=args.token) as client:
+        try:
+            result = bound.result(client.transact(bound.transaction))
+        except TransactionError as error:
+            _err(str(error))
+            return 1
+    out = {
+        "applied": result.applied,
+        "columns": result.columns,
+        "rows": [list(row) for row in result.rows],
+        "txn_id": result.result.txn_id,
+        "error": result.result.error,
+    }
+    _out(json.dumps(out, default=_json_value, sort_keys=True))
     return 0
 
 
@@ -185,11 +230,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seconds", type=float, default=10.0)
     demo.add_argument("--concurrency", type=int, default=16)
     demo.set_defaults(run=_demo)
-    txn = commands.add_parser("txn", help="submit one transaction (TransactRequest as JSON)")
+    txn = commands.add_parser(
+        "txn", help="submit one transaction (TransactRequest as JSON, or --cql text)"
+    )
     txn.add_argument("--address", default="127.0.0.1:50051")
     txn.add_argument("--token")
     txn.add_argument(
+        "--cql", metavar="FILE", help="BEGIN TRANSACTION … text from FILE, - for stdin"
+    )
+    txn.add_argument("--schema", metavar="FILE", help="with --cql: sidecar config or tables (YAML)")
+    txn.add_argument("--params", metavar="JSON", help="with --cql: bind values, a list or object")
+    txn.add_argument(
         "request",
+        nargs="?",
         help='e.g. {"lets":[{"name":"a","row":{"keyspace":"bank","table":"accounts",'
         '"partitionKey":[{"text":"alice"}]}}]}; a slice: {"lets":[{"name":"s","row":{...},'
         '"slice":{"column":"at","lower":{"value":{"int":"1"},"inclusive":true},"limit":10}}]}',

@@ -31,9 +31,9 @@ conditions), so its writes were applied; ``Result.read_only`` says it had none t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -41,6 +41,10 @@ from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.translate import value_from_proto, value_to_proto
 from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import client_pb2_grpc
+
+if TYPE_CHECKING:
+    from accord_cassandra.cql import CqlResult, Params
+    from accord_cassandra.schema import Catalog
 
 DEFINITE_CODES = frozenset(
     {
@@ -406,6 +410,22 @@ class Client:
             raise ClientFailure(repr(error)) from error
         return _result(response, request)
 
+    def execute_cql(
+        self,
+        text: str,
+        params: Params | None = None,
+        *,
+        schema: Catalog | Mapping[str, Any],
+    ) -> CqlResult:
+        """Run one ``BEGIN TRANSACTION … COMMIT TRANSACTION`` text (accord_cassandra.cql)
+        with ``params`` bound to its markers; ``schema``: the tables (a Catalog, or the
+        sidecars' ``tables:`` mapping). :class:`~accord_cassandra.cql.CqlError` when the
+        text does not parse or bind (nothing was sent), else as :meth:`transact`."""
+        from accord_cassandra.cql import bind
+
+        bound = bind(text, params, schema)
+        return bound.result(self.transact(bound.transaction))
+
     def close(self) -> None:
         self.channel.close()
 
@@ -453,6 +473,19 @@ class AsyncClient:
         except Exception as error:
             raise ClientFailure(repr(error)) from error
         return _result(response, request)
+
+    async def execute_cql(
+        self,
+        text: str,
+        params: Params | None = None,
+        *,
+        schema: Catalog | Mapping[str, Any],
+    ) -> CqlResult:
+        """As :meth:`Client.execute_cql`."""
+        from accord_cassandra.cql import bind
+
+        bound = bind(text, params, schema)
+        return bound.result(await self.transact(bound.transaction))
 
     async def close(self) -> None:
         await self.channel.close()

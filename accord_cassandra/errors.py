@@ -9,6 +9,8 @@ before (``ValueError``, ``RuntimeError``, ``OSError``), so code that catches tho
 * :class:`accord_cassandra.config.ConfigError`, :class:`accord_cassandra.server.StartupError`,
   :class:`accord_cassandra.topology.TopologyError`, :class:`accord_cassandra.schema.SchemaError`
   — a configuration, ring or schema the sidecar cannot run with; the message names the field;
+* :class:`accord_cassandra.cql.CqlError` (``CqlSyntaxError``, with line, column and the
+  expected tokens) — a transaction text that does not parse or bind; nothing was sent;
 * :class:`accord_cassandra.journal.JournalCorrupt` — a damaged journal it refuses to guess about;
 * :class:`accord_cassandra.ports.AddressInUse` — a fixed port that stayed taken;
 * :class:`accord_cassandra.launcher.spec.LauncherError` (``PortBusyError``, ``NodeStartError``)
