@@ -203,6 +203,13 @@ class Orchestrator:
         self.protection = protection
         self.settings = settings
         self.recovery: RecoveryHandoff = recovery or NoRecoveryHandoff()
+        if isinstance(self.recovery, NoRecoveryHandoff):
+            # Recovery is on by default only through stacksaga_store.open_runtime; an
+            # orchestrator built without it must not pass for a recovered one.
+            logger.warning(
+                "orchestrator without a recovery engine: no restore watchdog is written and "
+                "failed steps wait for a manual resume (stacksaga_store.open_runtime runs one)"
+            )
         self.clock: Clock = clock or SystemClock()
         self._sagas: dict[str, Saga] = {}
         for saga in sagas:
