@@ -214,50 +214,66 @@ async def serve_retry_node(
     (a bucket is dropped only when 100% dispatched, and one being walked is handed back whole,
     to be re-dispatched idempotently by the range's next holder); the coordinator lease is
     released; exit 0. ``metrics_listen`` serves :class:`RecoveryMetrics` at ``GET /metrics``.
+    The signals are caught from before the connection is opened, so one that comes while the
+    process is still connecting also ends it cleanly, with exit 0.
     """
-    runtime = await open_store_runtime(settings)
-    try:
-        engine = await RecoveryEngine.open(runtime)
-        try:
-            return await _serve(engine, sagas, node_id, metrics_listen, idle_seconds, out)
-        finally:
-            await engine.close()
-    finally:
-        await runtime.close()
-
-
-async def _serve(
-    engine: RecoveryEngine,
-    sagas: Iterable[Saga],
-    node_id: str | None,
-    metrics_listen: str | None,
-    idle_seconds: float,
-    out: Callable[[str], None],
-) -> int:
     used_id = node_id or default_node_id()
-    metrics = RecoveryMetrics()
-    leases = lease_source_for(engine.runtime.settings, used_id, metrics)
-    orchestrator = engine.orchestrator(sagas=sagas)
-    node = engine.retry_node(orchestrator, leases, node_id=used_id, metrics=metrics)
-    server = await serve_metrics(metrics, metrics_listen) if metrics_listen else None
     stop = asyncio.Event()
+    nodes: list[RetryNode] = []
     loop = asyncio.get_running_loop()
 
     def on_signal(name: str) -> None:
         logger.info("retry-node %s: %s, shutting down gracefully", used_id, name)
-        node.request_shutdown()
+        for node in nodes:
+            node.request_shutdown()
         stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum.name)
     try:
+        out(f"retry-node {used_id} connecting")
+        runtime = await open_store_runtime(settings)
+        try:
+            engine = await RecoveryEngine.open(runtime)
+            try:
+                return await _serve(
+                    engine, sagas, used_id, metrics_listen, idle_seconds, out, stop, nodes
+                )
+            finally:
+                await engine.close()
+        finally:
+            await runtime.close()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def _serve(
+    engine: RecoveryEngine,
+    sagas: Iterable[Saga],
+    used_id: str,
+    metrics_listen: str | None,
+    idle_seconds: float,
+    out: Callable[[str], None],
+    stop: asyncio.Event,
+    nodes: list[RetryNode],
+) -> int:
+    if stop.is_set():
+        out(f"retry-node {used_id} stopped before it started")
+        return 0
+    metrics = RecoveryMetrics()
+    leases = lease_source_for(engine.runtime.settings, used_id, metrics)
+    orchestrator = engine.orchestrator(sagas=sagas)
+    node = engine.retry_node(orchestrator, leases, node_id=used_id, metrics=metrics)
+    nodes.append(node)
+    server = None
+    try:
+        server = await serve_metrics(metrics, metrics_listen) if metrics_listen else None
         served = f"; metrics on {server.bound}" if server is not None else ""
         out(f"retry-node {used_id} running{served}")
         await node.run(stop=stop, idle_seconds=idle_seconds)
         out(f"retry-node {used_id} stopped; {node.in_flight} dispatches in flight")
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
         stop_leases = getattr(leases, "stop", None)
         if stop_leases is not None:
             await stop_leases()
