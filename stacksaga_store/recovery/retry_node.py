@@ -28,7 +28,11 @@ pass at once. In-flight dispatches are awaited, never abandoned, and reported to
 source, which releases a revoked lease only when none is left running. A dispatch in flight
 is fenced by the same test (:class:`LeaseFence`, handed to ``Orchestrator.resume``): a
 multi-step resume stops between steps once the lease is gone (the row counts as FAILED, so its
-bucket stays), and a STRICT step whose lease moved while it ran does not commit.
+bucket stays); a STRICT step whose lease moved while it ran does not commit (its marker
+lease is dropped); a RELAXED_WITH_DEDUP one writes nothing if the range's new holder recorded
+the same step meanwhile (its stale status would overwrite the new holder's). A resume that a
+step's marker lease stopped (LEASE_BUSY, LEASE_LOST) counts as FAILED too: the saga did not
+move, so its row stays.
 
 :class:`SagaDispatcher` is the seed's pickup logic on the real orchestrator:
 
@@ -174,9 +178,15 @@ class SagaDispatcher:
 
     async def _resume(self, key: TransactionKey) -> DispatchOutcome:
         try:
-            await self.orchestrator.resume(key.transaction_id, fence=DISPATCH_FENCE.get())
+            outcome = await self.orchestrator.resume(key.transaction_id, fence=DISPATCH_FENCE.get())
         except LeaseFencedError as exc:
             logger.info("%s; the row stays for the range's next holder", exc)
+            return DispatchOutcome.FAILED
+        if outcome.stopped_by is not None:
+            # A step's marker lease was another holder's, or ours was lost: the saga did not
+            # move. Its holder may be a fenced Retry-Node that will not carry it on either, so
+            # the row stays (a later pass finds the step committed, or runs it).
+            logger.info("txn=%s: %s; the row stays", key, outcome.note)
             return DispatchOutcome.FAILED
         return DispatchOutcome.RESUMED
 

@@ -20,6 +20,10 @@ several processes of one service without a coordinator would walk the same rows 
 keep a committed step from running again, but RELAXED_WITH_DEDUP can run a simultaneous
 duplicate), so that case is logged as a warning.
 
+``open_runtime(settings, metrics_listen="127.0.0.1:0")`` also serves the engine's metrics
+(Prometheus text, ``GET /metrics``) on the port it reports as
+``runtime.recovery.metrics_address``.
+
 ``open_runtime(settings, recovery=False)`` opts out: orchestrators get
 :class:`~stacksaga_store.saga.handoff.NoRecoveryHandoff` and a warning is logged at start.
 """
@@ -35,6 +39,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from accord_cassandra.metrics_http import MetricsServer
 from stacksaga_store.clock import Clock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings
@@ -86,8 +91,14 @@ class RecoveryService:
     idle_seconds: float = IDLE_SECONDS
     node: RetryNode | None = None
     _primary: Orchestrator | None = None
+    metrics_server: MetricsServer | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` where ``GET /metrics`` is served (the bound port), if it is."""
+        return self.metrics_server.bound if self.metrics_server is not None else None
 
     @property
     def handoff(self) -> RecoveryHandoff:
@@ -127,6 +138,8 @@ class RecoveryService:
         if stop is not None:
             with contextlib.suppress(Exception):
                 await stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.engine.close()
 
 
@@ -139,9 +152,14 @@ async def open_runtime(
     clock: Clock | None = None,
     node_id: str | None = None,
     idle_seconds: float = IDLE_SECONDS,
+    metrics_listen: str | None = None,
 ) -> StoreRuntime:
     """Connect and prepare (as :func:`stacksaga_store.saga.runtime.open_runtime`), then open
-    the recovery engine unless ``recovery=False`` (module docstring)."""
+    the recovery engine unless ``recovery=False`` (module docstring).
+
+    ``metrics_listen`` (``host:port``, port 0 for any free one) serves the engine's
+    :class:`RecoveryMetrics` at ``GET /metrics`` in Prometheus format; the bound address is
+    logged and is ``runtime.recovery.metrics_address``."""
     runtime = await open_store_runtime(
         settings, driver_config=driver_config, lease_waits_max=lease_waits_max
     )
@@ -168,9 +186,16 @@ async def open_runtime(
             "no recovery.coordinator: this process's Retry-Node walks the whole ring; run one "
             "such process per service (or configure the coordinator)"
         )
-    runtime.recovery = RecoveryService(
-        engine, leases, used_id, metrics=metrics, idle_seconds=idle_seconds
-    )
+    service = RecoveryService(engine, leases, used_id, metrics=metrics, idle_seconds=idle_seconds)
+    if metrics_listen is not None:
+        try:
+            service.metrics_server = await serve_metrics(metrics, metrics_listen)
+        except BaseException:
+            await service.close()
+            await runtime.close()
+            raise
+        logger.info("recovery metrics on http://%s/metrics", service.metrics_address)
+    runtime.recovery = service
     return runtime
 
 
@@ -189,50 +214,66 @@ async def serve_retry_node(
     (a bucket is dropped only when 100% dispatched, and one being walked is handed back whole,
     to be re-dispatched idempotently by the range's next holder); the coordinator lease is
     released; exit 0. ``metrics_listen`` serves :class:`RecoveryMetrics` at ``GET /metrics``.
+    The signals are caught from before the connection is opened, so one that comes while the
+    process is still connecting also ends it cleanly, with exit 0.
     """
-    runtime = await open_store_runtime(settings)
-    try:
-        engine = await RecoveryEngine.open(runtime)
-        try:
-            return await _serve(engine, sagas, node_id, metrics_listen, idle_seconds, out)
-        finally:
-            await engine.close()
-    finally:
-        await runtime.close()
-
-
-async def _serve(
-    engine: RecoveryEngine,
-    sagas: Iterable[Saga],
-    node_id: str | None,
-    metrics_listen: str | None,
-    idle_seconds: float,
-    out: Callable[[str], None],
-) -> int:
     used_id = node_id or default_node_id()
-    metrics = RecoveryMetrics()
-    leases = lease_source_for(engine.runtime.settings, used_id, metrics)
-    orchestrator = engine.orchestrator(sagas=sagas)
-    node = engine.retry_node(orchestrator, leases, node_id=used_id, metrics=metrics)
-    server = await serve_metrics(metrics, metrics_listen) if metrics_listen else None
     stop = asyncio.Event()
+    nodes: list[RetryNode] = []
     loop = asyncio.get_running_loop()
 
     def on_signal(name: str) -> None:
         logger.info("retry-node %s: %s, shutting down gracefully", used_id, name)
-        node.request_shutdown()
+        for node in nodes:
+            node.request_shutdown()
         stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum.name)
     try:
+        out(f"retry-node {used_id} connecting")
+        runtime = await open_store_runtime(settings)
+        try:
+            engine = await RecoveryEngine.open(runtime)
+            try:
+                return await _serve(
+                    engine, sagas, used_id, metrics_listen, idle_seconds, out, stop, nodes
+                )
+            finally:
+                await engine.close()
+        finally:
+            await runtime.close()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def _serve(
+    engine: RecoveryEngine,
+    sagas: Iterable[Saga],
+    used_id: str,
+    metrics_listen: str | None,
+    idle_seconds: float,
+    out: Callable[[str], None],
+    stop: asyncio.Event,
+    nodes: list[RetryNode],
+) -> int:
+    if stop.is_set():
+        out(f"retry-node {used_id} stopped before it started")
+        return 0
+    metrics = RecoveryMetrics()
+    leases = lease_source_for(engine.runtime.settings, used_id, metrics)
+    orchestrator = engine.orchestrator(sagas=sagas)
+    node = engine.retry_node(orchestrator, leases, node_id=used_id, metrics=metrics)
+    nodes.append(node)
+    server = None
+    try:
+        server = await serve_metrics(metrics, metrics_listen) if metrics_listen else None
         served = f"; metrics on {server.bound}" if server is not None else ""
         out(f"retry-node {used_id} running{served}")
         await node.run(stop=stop, idle_seconds=idle_seconds)
         out(f"retry-node {used_id} stopped; {node.in_flight} dispatches in flight")
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
         stop_leases = getattr(leases, "stop", None)
         if stop_leases is not None:
             await stop_leases()

@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from stacksaga_store.clock import Clock, SystemClock
-from stacksaga_store.config.settings import StackSagaSettings
+from stacksaga_store.config.settings import ConsistencyMode, StackSagaSettings
 from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
@@ -139,6 +139,10 @@ class SagaOutcome:
     aggregate: Mapping[str, Any]
     last_error: str | None = None
     note: str | None = None
+    # The invocation outcome that stopped the drive before the saga got anywhere: another
+    # holder's marker lease (LEASE_BUSY) or a lost lease (LEASE_LOST). A Retry-Node keeps its
+    # row then, since nobody is known to carry the saga on.
+    stopped_by: DeliveryOutcome | None = None
 
 
 @dataclass(slots=True)
@@ -153,13 +157,16 @@ class _Run:
     tryouts: list[TryoutRecord]
     restore_path: RestorePath | None = None
 
-    def outcome(self, note: str | None = None) -> SagaOutcome:
+    def outcome(
+        self, note: str | None = None, stopped_by: DeliveryOutcome | None = None
+    ) -> SagaOutcome:
         return SagaOutcome(
             transaction_id=self.key.transaction_id,
             status=self.status,
             aggregate=MappingProxyType(dict(self.payload.aggregate)),
             last_error=self.payload.last_error,
             note=note,
+            stopped_by=stopped_by,
         )
 
 
@@ -196,6 +203,13 @@ class Orchestrator:
         self.protection = protection
         self.settings = settings
         self.recovery: RecoveryHandoff = recovery or NoRecoveryHandoff()
+        if isinstance(self.recovery, NoRecoveryHandoff):
+            # Recovery is on by default only through stacksaga_store.open_runtime; an
+            # orchestrator built without it must not pass for a recovered one.
+            logger.warning(
+                "orchestrator without a recovery engine: no restore watchdog is written and "
+                "failed steps wait for a manual resume (stacksaga_store.open_runtime runs one)"
+            )
         self.clock: Clock = clock or SystemClock()
         self._sagas: dict[str, Saga] = {}
         for saga in sagas:
@@ -351,9 +365,9 @@ class Orchestrator:
             step = run.saga.step(str(action.step_name))
             result = await self._invoke(run, step, kind, heal_skips=True, fence=fence)
             if result is DeliveryOutcome.LEASE_BUSY:
-                return run.outcome(f"another worker holds the lease of {step.name}")
+                return run.outcome(f"another worker holds the lease of {step.name}", result)
             if result is DeliveryOutcome.LEASE_LOST:
-                return run.outcome(f"lease of {step.name} lost; another worker took over")
+                return run.outcome(f"lease of {step.name} lost; another worker took over", result)
             if result is DeliveryOutcome.FAILED_RETRYABLE or run.status in PARKED_STATUSES:
                 return run.outcome()
         check_state(False, f"{run.key}: drive loop did not converge")
@@ -385,14 +399,24 @@ class Orchestrator:
         attempt = progress(run.saga.step_names, run.tryouts).attempts.get((step.name, kind), 0)
         # Decided before user code runs: a bug in the state table must not pass for a step error.
         success = transition(run.status, self._success_event(run, step, kind))
+
+        async def action() -> _StepDone:
+            done = await self._call_step(run, step, kind, attempt + 1, success)
+            if fence is not None and policy.mode is not ConsistencyMode.STRICT:
+                await self._refuse_if_taken_over(run, step, kind, fence)
+            return done
+
         try:
             result = await self.protection.run(
                 marker,
                 policy,
-                lambda: self._call_step(run, step, kind, attempt + 1, success),
+                action,
                 result_writes=lambda done: [self._state_write(run, done)],
                 is_final_failure=lambda error: (
-                    not (isinstance(error, _StepFailed) and error.retryable)
+                    not (
+                        isinstance(error, LeaseLostError)
+                        or (isinstance(error, _StepFailed) and error.retryable)
+                    )
                 ),
                 fence=fence.token if fence is not None else None,
             )
@@ -416,6 +440,23 @@ class Orchestrator:
         if not heal_skips:
             return DeliveryOutcome(result.outcome.value)
         return await self._heal(run, step, kind, result.outcome, attempt + 1)
+
+    async def _refuse_if_taken_over(
+        self, run: _Run, step: Step, kind: ExecutionType, fence: StepFence
+    ) -> None:
+        """RELAXED_WITH_DEDUP, after the step ran under a fence: if the range moved meanwhile
+        and the history shows the invocation finished by someone else (the range's new
+        holder), write nothing. Its status would be older than the new holder's, which may
+        have finished the saga by now and released its watchdog: overwritten, the saga would
+        sit unfinished with nothing left to recover it. (STRICT refuses on the epoch alone.)
+        If nobody finished it, the result is written as usual, so the new holder skips it."""
+        if fence.token() is not None:
+            return
+        if (step.name, kind) in _finished(await self.store.read_tryouts(run.key)):
+            raise LeaseLostError(
+                f"{run.key} step {step.name}: the range moved while the step ran and its new "
+                "holder recorded the step; this result is not written"
+            )
 
     async def _call_step(
         self, run: _Run, step: Step, kind: ExecutionType, attempt: int, status: RunningStatus

@@ -1,6 +1,10 @@
 """Wiring: settings + driver file -> connected session -> event store, protection, orchestrator.
 
-:func:`open_runtime` is the one call an application needs::
+:func:`open_runtime` here is the store alone, the recovery engine's building block: an
+orchestrator it builds without a ``recovery=`` handoff has no recovery (and logs a warning
+saying so). An application calls
+``stacksaga_store.open_runtime`` (:mod:`stacksaga_store.recovery.service`), the same plus the
+recovery engine, in the same way::
 
     settings = load_settings("stacksaga.yaml")
     runtime = await open_runtime(settings)

@@ -64,6 +64,9 @@ def recovery_overrides(
     }
 
 
+DROP_TIMEOUT_SECONDS = 120.0
+
+
 @pytest.fixture(scope="session")
 def recovery_keyspace(cassandra_node: CassandraHandle) -> Iterator[str]:
     keyspace = f"recovery_test_{uuid.uuid4().hex[:8]}"
@@ -75,8 +78,12 @@ def recovery_keyspace(cassandra_node: CassandraHandle) -> Iterator[str]:
         apply_coordination_schema(session, keyspace, settings.cassandra.schema_)
         apply_accord_schema(session, default_accord_keyspace(keyspace), settings.cassandra.schema_)
         yield keyspace
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-        session.execute(f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}")
+        # A schema change on a loaded machine can take longer than the driver's 10 s default.
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DROP_TIMEOUT_SECONDS)
+        session.execute(
+            f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}",
+            timeout=DROP_TIMEOUT_SECONDS,
+        )
     finally:
         cluster.shutdown()
 

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 import stacksaga_store
+from accord_cassandra.cluster import metrics_of
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import RetryableStepError
 from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.recovery.service import RecoveryService
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.saga.handoff import NoRecoveryHandoff
 from stacksaga_store.store.states import RunningStatus
@@ -45,7 +47,11 @@ def test_documented_runtime_retries_a_failed_step_without_user_wiring(
 
     async def body() -> None:
         runtime = await stacksaga_store.open_runtime(
-            settings, driver_config=recovery_driver, clock=clock, idle_seconds=0.05
+            settings,
+            driver_config=recovery_driver,
+            clock=clock,
+            idle_seconds=0.05,
+            metrics_listen="127.0.0.1:0",
         )
         try:
             orchestrator = runtime.orchestrator(sagas=[saga])
@@ -67,8 +73,20 @@ def test_documented_runtime_retries_a_failed_step_without_user_wiring(
                 assert asyncio.get_running_loop().time() < deadline, "never retried"
                 await asyncio.sleep(0.05)
             assert attempts == [1, 2]
+
+            # The engine's metrics are served where it says: the retry shows up there.
+            service = runtime.recovery
+            assert isinstance(service, RecoveryService)
+            address = service.metrics_address
+            assert address is not None and not address.endswith(":0"), address
+            resumed = 'stacksaga_recovery_dispatch_total{kind="RETRY",outcome="RESUMED"}'
+            while (await asyncio.to_thread(metrics_of, address)).get(resumed, 0) < 1:
+                assert asyncio.get_running_loop().time() < deadline, "retry not counted"
+                await asyncio.sleep(0.05)
         finally:
             await runtime.close()
+        with pytest.raises(ConnectionRefusedError):
+            metrics_of(address)  # closing the runtime stopped the server
 
     run(body())
 
@@ -89,7 +107,8 @@ def test_opting_out_logs_a_warning_and_writes_no_watchdog(
                 settings, driver_config=recovery_driver, recovery=False
             )
         try:
-            orchestrator = runtime.orchestrator(sagas=[saga])
+            with caplog.at_level(logging.WARNING):
+                orchestrator = runtime.orchestrator(sagas=[saga])
             assert isinstance(orchestrator.recovery, NoRecoveryHandoff)
             outcome = await orchestrator.start(saga, {})
             view = await orchestrator.read(outcome.transaction_id)
@@ -98,4 +117,6 @@ def test_opting_out_logs_a_warning_and_writes_no_watchdog(
             await runtime.close()
 
     run(body())
-    assert any("recovery engine disabled" in r.getMessage() for r in caplog.records)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("recovery engine disabled" in m for m in messages), messages
+    assert any("orchestrator without a recovery engine" in m for m in messages), messages

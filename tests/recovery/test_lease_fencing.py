@@ -8,6 +8,8 @@ The whole-process form (SIGSTOP a Retry-Node past its lease) is test_fencing_sig
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections import Counter
 from dataclasses import replace
@@ -23,6 +25,7 @@ from stacksaga_store.errors import LeaseFencedError, RetryableStepError
 from stacksaga_store.recovery.engine import RecoveryEngine
 from stacksaga_store.ring.leases import FULL_RING, Lease, RangeLeaseLost, StaticLeaseSource
 from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.saga.orchestrator import DeliveryOutcome
 from stacksaga_store.saga.runtime import open_runtime
 from stacksaga_store.store.protection import MarkerKey
 from stacksaga_store.store.states import ExecutionType, MarkerState, RunningStatus, step_id
@@ -73,11 +76,11 @@ class CountdownFence:
         return "e1"
 
 
-def _settings(service: str, mode: str) -> Any:
+def _settings(service: str, mode: str, lease: str = "5s") -> Any:
     overrides = recovery_overrides(service)
     overrides["cassandra"]["write-protection"] = {
         "default-mode": mode,
-        "default-lease-duration": "5s",
+        "default-lease-duration": lease,
     }
     return load_settings(**overrides)
 
@@ -198,6 +201,128 @@ def test_a_retry_node_dispatch_is_fenced_by_its_range_lease(
             # STRICT re-runs the refused a (its commit never happened); nothing else repeats.
             assert effects == Counter({"a": 3 if mode == "STRICT" else 2, "b": 1, "c": 1})
             await engine.close()
+        finally:
+            await runtime.close()
+
+    run(body())
+
+
+def _held_saga(
+    who: str, effects: Counter[tuple[str, str]], held: dict[str, asyncio.Event] | None = None
+) -> Saga:
+    """Steps a, b, c that count (step, who); with ``held``, step b signals ``inside`` and
+    waits for ``release`` (the worker is stopped inside the step)."""
+
+    def step(name: str) -> Step:
+        async def execute(ctx: StepContext) -> None:
+            effects[name, who] += 1
+            if name == "b" and held is not None:
+                held["inside"].set()
+                await held["release"].wait()
+
+        return Step(name, execute)
+
+    return Saga("held", (step("a"), step("b"), step("c")))
+
+
+def test_a_relaxed_step_whose_range_moved_while_it_ran_writes_no_stale_status(
+    recovery_driver: DriverConfig, service_name: str
+) -> None:
+    """A's resume is inside b when its range moves and B (the new holder) finishes the saga.
+    RELAXED_WITH_DEDUP has no marker lease, so B runs b too (the mode's trade-off); but A's
+    result, IN_PROGRESS, must not overwrite B's PROCESS_COMPLETED: nobody would ever look at
+    the saga again (B released its watchdog)."""
+    effects: Counter[tuple[str, str]] = Counter()
+    fence = CountdownFence()
+
+    async def body() -> None:
+        held = {"inside": asyncio.Event(), "release": asyncio.Event()}
+        runtime = await open_runtime(
+            _settings(service_name, "RELAXED_WITH_DEDUP"), driver_config=recovery_driver
+        )
+        try:
+            clock = ManualClock(T0)
+            node_a = runtime.orchestrator(sagas=[_held_saga("A", effects, held)], clock=clock)
+            node_b = runtime.orchestrator(sagas=[_held_saga("B", effects)], clock=clock)
+            txn = await node_a.create("held", {})
+            resume_a = asyncio.create_task(node_a.resume(txn, fence=fence))
+            await asyncio.wait_for(held["inside"].wait(), 60)
+            done = await node_b.resume(txn)
+            assert done.status is RunningStatus.PROCESS_COMPLETED
+            fence.arm(0)  # the range moved while A was inside b
+            held["release"].set()
+            with contextlib.suppress(LeaseFencedError):
+                outcome = await asyncio.wait_for(resume_a, 60)
+                assert outcome.stopped_by is DeliveryOutcome.LEASE_LOST
+            view = await node_b.read(txn)
+            assert view.status is RunningStatus.PROCESS_COMPLETED, "A's stale status landed"
+            assert effects == Counter({("a", "A"): 1, ("b", "A"): 1, ("b", "B"): 1, ("c", "B"): 1})
+        finally:
+            await runtime.close()
+
+    run(body())
+
+
+def test_a_resume_stopped_by_a_marker_lease_keeps_its_retry_row(
+    recovery_driver: DriverConfig, service_name: str
+) -> None:
+    """STRICT: old holder A is inside b (holding b's marker lease) when the range moves. The
+    new holder B's pass meets the lease (LEASE_BUSY): the saga did not move, so B keeps the
+    row. A's step then finds its range gone and commits nothing: had B dropped the row, the
+    saga would wait for its restore watchdog (delay-windows). B's next pass finishes it."""
+    effects: Counter[tuple[str, str]] = Counter()
+    fence = CountdownFence()
+    failures = {"a": 1}
+
+    async def first_a_fails(ctx: StepContext) -> None:
+        effects["a", "first"] += 1
+        if failures["a"]:
+            failures["a"] -= 1
+            raise RetryableStepError("a: HTTP 503")
+
+    async def body() -> None:
+        held = {"inside": asyncio.Event(), "release": asyncio.Event()}
+        # A's marker lease outlives B's first pass by far: B must meet it, not its expiry.
+        settings = _settings(service_name, "STRICT", lease="60s")
+        runtime = await open_runtime(settings, driver_config=recovery_driver, lease_waits_max=0)
+        clock = ManualClock(T0)
+        try:
+            engine = await RecoveryEngine.open(runtime, clock=clock)
+            try:
+                first = Saga(
+                    "held", (Step("a", first_a_fails), *_held_saga("-", effects).steps[1:])
+                )
+                paused = await engine.orchestrator(sagas=[first]).start(first, {})
+                assert paused.status is RunningStatus.FAILED_WITH_RETRYABLE_ERROR
+                clock.advance(timedelta(minutes=1))
+                node_a = engine.orchestrator(sagas=[_held_saga("A", effects, held)])
+                resume_a = asyncio.create_task(node_a.resume(paused.transaction_id, fence=fence))
+                await asyncio.wait_for(held["inside"].wait(), 60)
+
+                node_b = engine.orchestrator(sagas=[_held_saga("B", effects)])
+                retry_b = engine.retry_node(
+                    node_b, StaticLeaseSource(service_name, epoch=2), node_id="B"
+                )
+                report = await retry_b.run_pass()
+                assert report.rows == 1 and report.failed == 1, report
+                assert report.buckets_kept == 1 and report.buckets_dropped == 0, report
+
+                fence.arm(0)
+                held["release"].set()
+                outcome = await asyncio.wait_for(resume_a, 60)
+                assert outcome.stopped_by is DeliveryOutcome.LEASE_LOST
+
+                report = await retry_b.run_pass()
+                assert report.failed == 0 and report.buckets_dropped == 1, report
+                view = await node_b.read(paused.transaction_id)
+                assert view.status is RunningStatus.PROCESS_COMPLETED
+                # A ran b but was refused its commit, so B ran it: STRICT's fence keeps the
+                # step's result single, not its call (the idempotency key is the same).
+                assert effects == Counter(
+                    {("a", "first"): 1, ("a", "A"): 1, ("b", "A"): 1, ("b", "B"): 1, ("c", "B"): 1}
+                )
+            finally:
+                await engine.close()
         finally:
             await runtime.close()
 

@@ -138,3 +138,37 @@ def test_a_bad_sagas_argument_is_a_configuration_error() -> None:
 
     assert main(["retry-node", "--sagas", "no_such_module_here:sagas"]) == EXIT_CONFIG
     assert main(["retry-node", "--sagas", "tests.recovery._cli_sagas"]) == EXIT_CONFIG
+
+
+def test_sigterm_while_the_node_is_still_connecting_exits_0(
+    service_name: str,
+    recovery_driver_text: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kubernetes can stop a pod that has not finished starting: the signal is caught from the
+    first line the process prints, before it connects, and it still ends cleanly."""
+    monkeypatch.setenv("STACKSAGA_TEST_STEP_LOG", str(tmp_path / "steps.log"))
+    config = write_config(
+        tmp_path / "config", recovery_overrides(service_name), recovery_driver_text
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "stacksaga_store",
+        "--config",
+        str(config),
+        "--log-level",
+        "INFO",
+        "retry-node",
+        "--sagas",
+        "tests.recovery._cli_sagas:sagas",
+        "--node-id",
+        "retry-early",
+    ]
+    with children(tmp_path) as group:
+        node = group.start("retry-node", argv)
+        node.wait_for_output("retry-node retry-early connecting", 90)
+        returncode = node.terminate(timeout=60)
+        assert returncode == 0, node.output()[-3000:]
+        assert "retry-node retry-early stopped" in node.output()

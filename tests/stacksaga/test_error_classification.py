@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
-from cassandra.cluster import NoHostAvailable
+from cassandra.cluster import Cluster, NoHostAvailable
 from cassandra.connection import ConnectionShutdown
-from cassandra.policies import WriteType
+from cassandra.policies import FallthroughRetryPolicy, WriteType
+from cassandra.query import SimpleStatement
 
 from stacksaga_store.errors import NonRetryableStepError, RetryableStepError
 from stacksaga_store.saga.classify import default_retryable, is_retryable
@@ -136,6 +138,87 @@ def test_the_orchestrator_retries_driver_transients_and_compensates_business_err
             }
             assert len(recovery.retries()) == 2
         finally:
+            await runtime.close()
+
+    run(body())
+
+
+@pytest.mark.cassandra
+def test_errors_the_driver_raises_for_real_retry_unless_a_classifier_says_otherwise(
+    open_store: Opener,
+) -> None:
+    """Not constructed instances: a step meets a contact point that refuses connections (the
+    driver raises NoHostAvailable) and a QUORUM read of a replication-factor-3 keyspace on the
+    one-node test cluster (the server answers Unavailable). Both retry by default; a saga
+    classifier that calls Unavailable permanent makes the same error compensate."""
+    recovery = RecordingRecoveryHandoff()
+    raised: list[Exception] = []
+    # Bound and never listening: a connection to it is refused, on loopback, at once.
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))
+    port = refused.getsockname()[1]
+    keyspace = f"rf3_{uuid.uuid4().hex[:8]}"
+
+    def dead_contact_point() -> None:
+        cluster = Cluster(["127.0.0.1"], port=port, connect_timeout=2)
+        try:
+            cluster.connect()
+        finally:
+            cluster.shutdown()
+
+    def step_calling(call: Callable[[], object]) -> Step:
+        async def execute(ctx: StepContext) -> None:
+            try:
+                await asyncio.to_thread(call)
+            except Exception as error:
+                raised.append(error)
+                raise
+
+        return Step("call", execute)
+
+    async def body() -> None:
+        runtime = await open_store()
+        session = runtime.cql.session
+        # Without a retry policy: the default one retries Unavailable on the next host, and
+        # with none left the step would see NoHostAvailable instead.
+        quorum_read = SimpleStatement(
+            f"SELECT k FROM {keyspace}.t WHERE k = 1",
+            consistency_level=ConsistencyLevel.QUORUM,
+            retry_policy=FallthroughRetryPolicy(),
+        )
+        try:
+            await asyncio.to_thread(
+                session.execute,
+                f"CREATE KEYSPACE {keyspace} WITH replication = "
+                "{'class': 'SimpleStrategy', 'replication_factor': 3}",
+            )
+            await asyncio.to_thread(
+                session.execute, f"CREATE TABLE {keyspace}.t (k int PRIMARY KEY)"
+            )
+            unreachable = Saga("unreachable", (step_calling(dead_contact_point),))
+            unavailable = Saga("unavailable", (step_calling(lambda: session.execute(quorum_read)),))
+            overridden = Saga(
+                "overridden",
+                (step_calling(lambda: session.execute(quorum_read)),),
+                classify=lambda error: False if isinstance(error, Unavailable) else None,
+            )
+            orchestrator = runtime.orchestrator(
+                sagas=[unreachable, unavailable, overridden], recovery=recovery
+            )
+            statuses = {
+                saga.name: (await orchestrator.start(saga, {})).status
+                for saga in (unreachable, unavailable, overridden)
+            }
+            assert statuses == {
+                "unreachable": RunningStatus.FAILED_WITH_RETRYABLE_ERROR,
+                "unavailable": RunningStatus.FAILED_WITH_RETRYABLE_ERROR,
+                "overridden": RunningStatus.REVERT_COMPLETED,
+            }
+            assert [type(error) for error in raised] == [NoHostAvailable, Unavailable, Unavailable]
+            assert [r.step_name for r in recovery.retries()] == ["call", "call"]
+        finally:
+            refused.close()
+            await asyncio.to_thread(session.execute, f"DROP KEYSPACE IF EXISTS {keyspace}")
             await runtime.close()
 
     run(body())
