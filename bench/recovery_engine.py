@@ -419,7 +419,7 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
                 cassandra={
                     "contact_points": [contact_point[0]],
                     "port": contact_point[1],
-                    "keyspaces": [default_accord_keyspace(keyspace)],
+                    "keyspaces": [keyspace],
                 },
             )
             async with running(sidecars, 90.0):

@@ -169,7 +169,7 @@ def accord_sidecars(
         cassandra={
             "contact_points": list(cassandra_node.contact_points),
             "port": cassandra_node.native_port,
-            "keyspaces": [default_accord_keyspace(recovery_keyspace)],
+            "keyspaces": [recovery_keyspace],
         },
     )
     sidecars.start(timeout=90)
