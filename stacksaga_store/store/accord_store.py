@@ -45,6 +45,7 @@ import contextvars
 import importlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -281,7 +282,8 @@ class SimulatedCommitCrash(BaseException):
 
 
 class CommitCrashes:
-    """Armed ``(label, phase)`` pairs, phase ``before`` or ``after``; each fires once."""
+    """Armed ``(label, phase)`` pairs, phase ``before`` or ``after``; each fires once. A
+    label ``step#3`` names the third change labelled ``step`` of this process."""
 
     PHASES = ("before", "after")
 
@@ -290,16 +292,23 @@ class CommitCrashes:
             check_state(phase in self.PHASES, f"crash phase {phase!r}")
         self._armed = set(points)
         self.fired: list[tuple[str, str]] = []
+        self._seen: Counter[str] = Counter()
+
+    def count(self, label: str) -> int:
+        """Called once per commit: the ordinal of this change among its label's."""
+        self._seen[label] += 1
+        return self._seen[label]
 
     def arm(self, label: str, phase: str) -> None:
         check_state(phase in self.PHASES, f"crash phase {phase!r}")
         self._armed.add((label, phase))
 
-    def hit(self, label: str, phase: str) -> None:
-        if (label, phase) in self._armed:
-            self._armed.discard((label, phase))
-            self.fired.append((label, phase))
-            raise SimulatedCommitCrash(label, phase)
+    def hit(self, label: str, phase: str, ordinal: int = 0) -> None:
+        for name in (label, f"{label}#{ordinal}"):
+            if (name, phase) in self._armed:
+                self._armed.discard((name, phase))
+                self.fired.append((name, phase))
+                raise SimulatedCommitCrash(name, phase)
 
 
 _CURRENT: contextvars.ContextVar[AccordChange | None] = contextvars.ContextVar(
@@ -344,7 +353,8 @@ class AccordChange:
     async def commit(self) -> AccordOutcome | None:
         if not self.parts:
             return None
-        self.crashes.hit(self.label, "before")
+        ordinal = self.crashes.count(self.label)
+        self.crashes.hit(self.label, "before", ordinal)
         for _ in range(REPAIRS_MAX + 1):
             outcome = await self.gateway.transact(self._build)
             if outcome.applied or self._own_retry(outcome):
@@ -360,7 +370,7 @@ class AccordChange:
             raise conflict
         for callback in self.on_commit:
             callback()
-        self.crashes.hit(self.label, "after")
+        self.crashes.hit(self.label, "after", ordinal)
         return outcome
 
     def _failing(self, outcome: AccordOutcome) -> list[Part]:
@@ -753,17 +763,26 @@ class AccordEventStore(CassandraEventStore):
         restore_path: RestorePath | None = None,
     ) -> None:
         _check_payload(payload)
-        ks, pk = self.keyspace, self.pk(key)
-        state = self._state_part(key, status, payload, now)
+        ks, pk, path = self.keyspace, self.pk(key), restore_path
+        # One upsert of the row (a transaction mutates a row at most once).
+        columns: dict[str, object] = {
+            "running_status": status.value,
+            "updated_at": ms(now),
+            "payload": payload,
+        }
+        if path is not None:
+            columns.update(
+                restore_date=path.date_of_year,
+                restore_window=path.window,
+                restore_instance_id=path.instance_id,
+                restore_bucket=path.bucket,
+            )
 
         def build(txn: Any, tag: str) -> None:
-            state.build(txn, tag)
+            txn.update(ks, TRANSACTION, pk, values=columns)
             txn.delete(ks, FROZEN, pk)
 
-        async with self.state_change("unfreeze"):
-            await self.runner.submit(Part("unfreeze", build))
-            if restore_path is not None:
-                await self.write_restore_path(key, restore_path)
+        await self.runner.submit(Part("unfreeze", build), "unfreeze")
 
 
 def _blob(value: object) -> bytes:

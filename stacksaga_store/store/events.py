@@ -23,6 +23,10 @@ Writes and why they are safe:
 * Freeze and restore change es_transaction and es_frozen_transaction together in one LOGGED
   batch: both partitions eventually get the change, or neither.
 
+In the ``accord`` commit mode :class:`~stacksaga_store.store.accord_store.AccordEventStore`
+replaces every write and read above with Accord transactions (no LWT, no batch), and
+:meth:`CassandraEventStore.state_change` groups a saga state change's writes into one.
+
 Limits: :data:`TRYOUTS_PER_TRANSACTION_MAX` tryouts per transaction (Temporal-style history
 cap; a saga that needs more is looping), :data:`PAYLOAD_BYTES_MAX` per payload (Cassandra warns
 on batches over 5 KiB and fails over 50 KiB; the payload rides in batches).
