@@ -170,13 +170,14 @@ def test_a_crash_around_a_state_change_leaves_store_and_directory_agreeing(
         committed_before = await committed(open_stack, clock, accord, txn)
         async with open_stack(clock=clock, crash=crash, **accord) as crashed:
             orchestrator = crashed.engine.orchestrator(sagas=[effects.saga()])
+            if scenario == "unfreeze":
+                action = orchestrator.admin_restore(txn)
+            elif scenario == "rearm":
+                action = node_of_saga(crashed, orchestrator, service_name).run_pass()
+            else:
+                action = orchestrator.start("two", {}, transaction_id=txn)
             with pytest.raises(SimulatedCommitCrash):
-                if scenario == "unfreeze":
-                    await orchestrator.admin_restore(txn)
-                elif scenario == "rearm":
-                    await node_of_saga(crashed, orchestrator, service_name).run_pass()
-                else:
-                    await orchestrator.start("two", {}, transaction_id=txn)
+                await action
         assert crash.commits.fired == [(label, phase)]
         runs_at_crash = Counter(effects.runs)
         async with open_stack(clock=clock, **accord) as stack:
