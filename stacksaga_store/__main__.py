@@ -65,23 +65,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _apply_extensions(settings: StackSagaSettings, session: object, keyspace: str) -> None:
-    """The recovery engine's extension tables: es_ring_state always; the accord keyspace when
-    the accord commit mode is configured (create it before starting the sidecars)."""
-    from stacksaga_store.config.settings import CommitModeName
-    from stacksaga_store.store.extension_schema import (
-        apply_accord_schema,
-        apply_coordination_schema,
-        default_accord_keyspace,
-    )
+    """The recovery engine's extension table es_ring_state. (The accord commit mode needs
+    nothing more: its sidecars serve the seed's tables in this keyspace; start them after
+    the schema exists, since a sidecar reads its keyspaces' tables at start-up.)"""
+    from stacksaga_store.store.extension_schema import apply_coordination_schema
 
-    schema = settings.cassandra.schema_
-    apply_coordination_schema(session, keyspace, schema)
+    apply_coordination_schema(session, keyspace, settings.cassandra.schema_)
     print(f"keyspace {keyspace}: es_ring_state ensured")
-    recovery = settings.cassandra.recovery
-    if recovery.commit_mode is CommitModeName.ACCORD:
-        accord_keyspace = recovery.accord.keyspace or default_accord_keyspace(keyspace)
-        tables = apply_accord_schema(session, accord_keyspace, schema)
-        print(f"accord keyspace {accord_keyspace}: {', '.join(tables)} ensured")
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -1,11 +1,12 @@
-"""Commit modes: how a restore watchdog's directory rows and its transaction agree after a crash.
+"""Commit modes: how a saga's state changes and its directory rows agree after a crash.
 
 Theory of operation
 -------------------
-A saga's restore watchdog lives in two places that no single Cassandra write covers: the
-Tier-5 row in its odd bucket (plus Tiers 1-4 above it), and the transaction's own record of
-it (``es_transaction.restore_*``). A crash between the two writes must never orphan a saga, i.e.
-leave a non-final transaction without a live watchdog. Two modes, chosen by
+A saga's recovery state lives in rows no single Cassandra write covers: es_transaction (status,
+restore_*), its tryouts, its execution markers, and the directory (Tier-5 row of its restore
+watchdog in an odd bucket, of a retry pointer in an even one, Tiers 1-4 above them). A crash
+between two writes must never orphan a saga (a non-final transaction without a live pointer
+or watchdog) nor re-run a committed step. Two modes, chosen by
 ``stacksaga.cassandra.recovery.commit-mode``:
 
 ``ordered`` (no Accord; the seed's writes, put in an order that is safe at every crash point)
@@ -28,71 +29,91 @@ leave a non-final transaction without a live watchdog. Two modes, chosen by
                               by a watchdog at every instant.
     ========================  ==============================================================
 
-``accord`` (the watchdog's liveness commits atomically through the Accord sidecars)
-    Accord can only write tables whose partitions are single rows, and such tables must be
-    written *only* through Accord (the sidecars' write timestamps come from Accord's
-    executeAt, which no plain write may mix with). Tiers 1-5 are clustered and es_transaction
-    is written by the event store with plain writes (and holds ``timestamp`` columns the
-    sidecars cannot type), so neither can move into Accord. Instead two single-row tables in
-    a keyspace of their own (``<keyspace>_accord``, served by the sidecars and written by
-    nothing else) hold what the watchdog *means*:
+    Its known gaps, which only the accord mode closes: a crash between the status and the
+    pointer, a pointer that lands as its bucket's partition is tombstoned, and clock skew with
+    ``read-grace`` 0 leave the saga to its restore watchdog (``delay-windows`` later).
 
-    * ``es_watchdog_ledger`` (one row per transaction with a live watchdog): the watchdog's
-      path, i.e. the es_transaction.restore_* columns, authoritative in this mode;
-    * ``es_watchdog_bucket_live`` (one row per odd bucket): how many live watchdogs it holds.
+``accord`` (every state change is one Accord transaction over the seed's own tables)
+    The seed's nine tables, in the seed's keyspace, are written only through the Accord
+    sidecars (:mod:`stacksaga_store.store.accord_store`: why *only*). Each state change of a
+    saga is one transaction, so there is no boundary inside it to crash at:
 
-    Every change of a watchdog is *one* Accord transaction over both partitions:
+    ==========================  ==========================================================
+    state change                one transaction (conditions in brackets)
+    ==========================  ==========================================================
+    start                       es_transaction [absent], Tier-5 watchdog row, Tiers 1-4
+                                the first time this process uses the bucket, else
+                                [the bucket's Tier-4 row exists]
+    step success                status + payload, tryout [index free], marker COMMITTED
+                                [STRICT: lease still ours; RELAXED: no marker], and on the
+                                last step the watchdog row delete
+    transient failure           retry pointer (+ Tiers 1-4 or [Tier-4 row exists]), tryout
+                                [index free], status FAILED_WITH_RETRYABLE_ERROR
+    permanent failure           tryout, status, marker FAILED [lease ours / no marker];
+                                freeze: + es_frozen_transaction row + watchdog delete
+    completion                  final status + watchdog delete
+    quarantine                  tryout, status, es_frozen_transaction row, watchdog delete
+    admin restore (unfreeze)    tryout, status, frozen row delete, new watchdog + restore_*,
+                                FAILED marker delete [still FAILED]
+    restore re-arm              new watchdog row, old row delete, restore_* [still the old
+                                path, transaction active]
+    ==========================  ==========================================================
 
-    * arm (saga start): ``IF ledger IS NULL``: ledger := path, bucket.live += 1;
-    * release (completion, freeze, quarantine): ``IF ledger = path``: delete ledger,
-      bucket.live -= 1. No Tier-5 cell is deleted, so odd buckets carry no cell tombstones;
-    * move (restore pickup re-arms): ``IF ledger = old``: ledger := new, old.live -= 1,
-      new.live += 1: the saga is never without a watchdog and never has two.
+    A crash before a transaction leaves the saga as the previous change left it (its
+    pointer or watchdog still live); after it, the new state with its own pointer or
+    watchdog. The Tier-5 row is the watchdog, as in ``ordered``, so a live saga always has
+    exactly one (a re-arm moves it atomically). The Retry-Node reads buckets with Accord
+    slice reads and drops one only if it holds exactly what was dispatched
+    (:class:`AccordDirectory`), so no pointer is lost to a drop, whatever the clocks say.
+    STRICT leases are conditional inserts with a TTL, commits conditional updates: nothing
+    in this mode uses LWT or a logged batch.
 
-    The Tier 1-5 rows stay plain writes, written *before* the Accord transaction: they are
-    the index a Retry-Node walks; the ledger says whether an index row is live. So a crash
-    before the commit leaves an index row without a ledger (pickup skips it, no status read),
-    and a crash after it leaves a ledger whose es_transaction is missing (pickup releases it).
-    A Retry-Node drops an odd bucket whose live count is 0 *without reading it*: zero
-    tombstones read for restore buckets whose sagas all finished, which is the common case.
-    Retry pointers (even buckets) are the same in both modes: they are never deleted one by
-    one, so they make no tombstones, and the watchdog already covers their crash window.
-
-    Each Accord transaction is idempotent under its condition, so a call whose outcome is
-    unknown (timeout, sidecar crash) is simply sent again (:class:`AccordGateway`). Plain CQL
-    reads of the two tables are safe where this module uses them: the ledger is read at a
-    restore window, ``delay-windows`` after it was written, and a stale live count can only
-    be too high (it makes a reader look at a bucket it could have skipped).
-
-:class:`CrashPoints` lets tests stop a writer at each boundary above (a *simulated crash*: the
-process's memory is abandoned, nothing after the point runs).
+:class:`CrashPoints` lets tests stop a writer at each boundary of the ordered table (a
+*simulated crash*: the process's memory is abandoned, nothing after the point runs); in the
+accord mode the same points fall before the change's transaction, and
+:class:`~stacksaga_store.store.accord_store.CommitCrashes` stops it just before or after it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import AsyncGenerator, Callable, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from stacksaga_store.config.settings import CommitModeName
 from stacksaga_store.errors import (
-    InvariantViolation,
-    StackSagaError,
-    check_not_none,
     check_state,
 )
-from stacksaga_store.recovery.directory import BucketRef, Directory, DirectoryScope
-from stacksaga_store.recovery.windows import WindowMath
-from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind
+from stacksaga_store.recovery.directory import (
+    TIER5_PAGE_ROWS_DEFAULT,
+    BucketKind,
+    BucketRef,
+    Directory,
+    DirectoryEntry,
+    DirectoryScope,
+    DispatchedPage,
+    InstanceRef,
+)
+from stacksaga_store.recovery.windows import WindowId, WindowMath
+from stacksaga_store.store.accord_store import (
+    ACCORD_COMMIT_ATTEMPTS_MAX,
+    SLICE_ROWS_MAX,
+    AccordGateway,
+    AccordOutcome,
+    ChangeRunner,
+    CommitCrashes,
+    Part,
+    uuid_of,
+)
+from stacksaga_store.store.cql import CqlSession
 from stacksaga_store.store.model import RestorePath, TransactionKey
 
 __all__ = [
     "ACCORD_COMMIT_ATTEMPTS_MAX",
     "AccordCommit",
+    "AccordDirectory",
     "AccordGateway",
     "CommitMode",
     "CommitModeName",
@@ -106,11 +127,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-ACCORD_COMMIT_ATTEMPTS_MAX = 8
-ACCORD_RETRY_SECONDS = (0.05, 1.0)
-LEDGER_TABLE = "es_watchdog_ledger"
-BUCKET_LIVE_TABLE = "es_watchdog_bucket_live"
 
 
 class WatchdogLiveness(StrEnum):
@@ -144,9 +160,11 @@ class SimulatedCrash(BaseException):
 class CrashPoints:
     """Armed points fire once each. Production code holds an empty instance."""
 
-    def __init__(self, *points: CrashPoint) -> None:
+    def __init__(self, *points: CrashPoint, commits: Sequence[tuple[str, str]] = ()) -> None:
         self._armed = set(points)
         self.fired: list[CrashPoint] = []
+        # Accord mode: (state change label, "before" | "after") its transaction.
+        self.commits = CommitCrashes(*commits)
 
     def arm(self, point: CrashPoint) -> None:
         self._armed.add(point)
@@ -182,6 +200,7 @@ class CommitMode(Protocol):
     """What the writer and the Retry-Node need from a mode. Every method is idempotent."""
 
     name: ClassVar[CommitModeName]
+    atomic: ClassVar[bool]  # state changes are one transaction (accord)
 
     async def prepare_bucket(self, scope: DirectoryScope, bucket: BucketRef) -> None:
         """Once per odd bucket a writer opens, after its Tier 1-4 rows."""
@@ -211,11 +230,17 @@ class CommitMode(Protocol):
         """After a Retry-Node dropped the bucket's Tier-5 partition and Tier-4 row."""
         ...
 
+    async def forget(self, key: TransactionKey, path: RestorePath) -> None:
+        """The restore row at ``path`` is not the transaction's live watchdog: drop it now
+        (accord) or leave it to its bucket's drop (ordered)."""
+        ...
+
 
 class OrderedCommit:
     """No Accord: the Tier-5 row *is* the watchdog; the writes are ordered (module doc)."""
 
     name: ClassVar[CommitModeName] = CommitModeName.ORDERED
+    atomic: ClassVar[bool] = False
 
     def __init__(self, directory: Directory, scope: DirectoryScope) -> None:
         self.directory = directory
@@ -245,324 +270,294 @@ class OrderedCommit:
     async def retire_bucket(self, scope: DirectoryScope, bucket: BucketRef) -> None:
         return None
 
-
-# -- accord ----------------------------------------------------------------------------------
-
-
-class AccordCommitError(StackSagaError):
-    """An Accord transaction was refused for good (a bug or a misconfigured sidecar) or did
-    not get an answer after :data:`ACCORD_COMMIT_ATTEMPTS_MAX` attempts."""
-
-    retryable: ClassVar[bool] = True
+    async def forget(self, key: TransactionKey, path: RestorePath) -> None:
+        return None
 
 
-@dataclass(frozen=True, slots=True)
-class AccordOutcome:
-    applied: bool
-    rows: dict[str, dict[str, object] | None]
-
-
-# Definite refusals that another sidecar, or the same one a moment later, may accept.
-RETRIED_DEFINITE_CODES = ("RESOURCE_EXHAUSTED", "NOT_SENT")
-
-
-class AccordGateway:
-    """The sidecars' client API (``accord_cassandra.client.AsyncClient``) with failover.
-
-    A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED), or that was
-    refused for load (RESOURCE_EXHAUSTED) or never sent (NOT_SENT: the sidecar refused the
-    connection), is sent again, to the next sidecar: every transaction this module builds
-    is conditional, so a second copy of one that did commit is refused by its own
-    condition and changes nothing.
-    """
-
-    def __init__(
-        self, addresses: Sequence[str], *, token: str | None = None, timeout: float = 15.0
-    ) -> None:
-        check_state(bool(addresses), "the accord commit mode needs at least one sidecar")
-        client_module = _sidecar_client()
-        self._error_type: type[Exception] = client_module.TransactionError
-        self._clients = [
-            client_module.AsyncClient(a, token=token, timeout=timeout) for a in addresses
-        ]
-        self._next = 0
-        self.transactions = 0
-        self.retries = 0
-
-    async def transact(self, build: Any) -> AccordOutcome:
-        """``build()`` returns a fresh ``accord_cassandra.client.Transaction``."""
-        for attempt in range(ACCORD_COMMIT_ATTEMPTS_MAX):
-            client = self._clients[self._next % len(self._clients)]
-            try:
-                result = await client.transact(build())
-            except self._error_type as error:
-                code = getattr(error, "code", "UNKNOWN")
-                if getattr(error, "definite", False) and code not in RETRIED_DEFINITE_CODES:
-                    raise AccordCommitError(f"accord refused the transaction: {error}") from None
-                self.retries += 1
-                self._next += 1
-                delay = min(ACCORD_RETRY_SECONDS[1], ACCORD_RETRY_SECONDS[0] * 2**attempt)
-                logger.info("accord commit retry %d after %s", attempt + 1, code)
-                await asyncio.sleep(delay)
-                continue
-            self.transactions += 1
-            if result.error:
-                raise AccordCommitError(f"accord transaction failed: {result.error}")
-            return AccordOutcome(result.applied, dict(result.rows))
-        raise AccordCommitError(f"no accord outcome after {ACCORD_COMMIT_ATTEMPTS_MAX} attempts")
-
-    async def close(self) -> None:
-        for client in self._clients:
-            await client.close()
+# -- accord -------------------------------------------------------------------------------------
 
 
 class AccordCommit:
-    """Watchdog liveness in Accord-only single-row tables (module docstring)."""
+    """Accord v2: the Tier-5 row is the watchdog, as in ``ordered``, but it changes only
+    inside the saga's state change (one Accord transaction, module docstring)."""
 
     name: ClassVar[CommitModeName] = CommitModeName.ACCORD
+    atomic: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        gateway: AccordGateway,
-        cql: CqlSession,
-        accord_keyspace: str,
-        windows: WindowMath,
-    ) -> None:
-        self.gateway = gateway
-        self.cql = cql
-        self.keyspace = accord_keyspace
-        self.windows = windows
-        self._statements: dict[str, Prepared] = {}
-
-    async def prepare(self) -> None:
-        ks = self.keyspace
-        txn = "region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?"
-        bucket = (
-            "region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND "
-            "minute_of_day = ? AND instance_id = ? AND bucket_index = ?"
-        )
-        specs = {
-            "ledger": (
-                f"SELECT restore_date, restore_window, restore_instance_id, restore_bucket "
-                f"FROM {ks}.{LEDGER_TABLE} WHERE {txn}",
-                LEDGER_TABLE,
-            ),
-            "live": (
-                f"SELECT live FROM {ks}.{BUCKET_LIVE_TABLE} WHERE {bucket}",
-                BUCKET_LIVE_TABLE,
-            ),
-        }
-        for name, (text, table) in specs.items():
-            self._statements[name] = await self.cql.prepare(
-                text, kind=StatementKind.READ, table=table
-            )
-
-    # -- keys ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _ledger_key(key: TransactionKey) -> list[object]:
-        return [key.region, key.cluster, key.service_name, str(key.transaction_id)]
-
-    def _live_key(self, scope: DirectoryScope, bucket: BucketRef) -> list[object]:
-        return [
-            *scope.params(),
-            bucket.window.date_of_year,
-            self.windows.minute_of_day(bucket.window),
-            bucket.instance_id,
-            bucket.bucket_index,
-        ]
-
-    def _path_live_key(self, key: TransactionKey, path: RestorePath) -> list[object]:
-        scope = DirectoryScope(key.region, key.cluster, key.service_name)
-        return self._live_key(scope, bucket_of(path, self.windows))
-
-    def _transaction(self) -> Any:
-        return _sidecar_client().Transaction()
-
-    def _ledger_matches(self, ledger: Any, path: RestorePath) -> list[Any]:
-        return [
-            ledger["restore_date"] == path.date_of_year,
-            ledger["restore_window"] == path.window,
-            ledger["restore_instance_id"] == path.instance_id,
-            ledger["restore_bucket"] == path.bucket,
-        ]
-
-    def _set_ledger(self, txn: Any, key: TransactionKey, path: RestorePath) -> None:
-        txn.update(
-            self.keyspace,
-            LEDGER_TABLE,
-            self._ledger_key(key),
-            restore_date=path.date_of_year,
-            restore_window=path.window,
-            restore_instance_id=path.instance_id,
-            restore_bucket=path.bucket,
-        )
-
-    # -- CommitMode --------------------------------------------------------------------------
+    def __init__(self, directory: AccordDirectory, scope: DirectoryScope) -> None:
+        self.directory = directory
+        self.scope = scope
 
     async def prepare_bucket(self, scope: DirectoryScope, bucket: BucketRef) -> None:
-        if bucket.bucket_index % 2 == 0:
-            return  # retry buckets are not counted
-        live_key = self._live_key(scope, bucket)
-
-        def build() -> Any:
-            txn = self._transaction()
-            head = txn.let("head", self.keyspace, BUCKET_LIVE_TABLE, live_key)
-            txn.where(head["live"].is_null())
-            txn.update(self.keyspace, BUCKET_LIVE_TABLE, live_key, live=0)
-            return txn
-
-        # Not applied means the row exists already: fine either way.
-        await self.gateway.transact(build)
+        return None
 
     async def arm(self, key: TransactionKey, path: RestorePath) -> None:
-        ledger_key, live_key = self._ledger_key(key), self._path_live_key(key, path)
-
-        def build() -> Any:
-            txn = self._transaction()
-            ledger = txn.let("ledger", self.keyspace, LEDGER_TABLE, ledger_key)
-            head = txn.let("head", self.keyspace, BUCKET_LIVE_TABLE, live_key)
-            txn.where(ledger["restore_bucket"].is_null(), head["live"].not_null())
-            self._set_ledger(txn, key, path)
-            txn.update(self.keyspace, BUCKET_LIVE_TABLE, live_key, live=head["live"] + 1)
-            return txn
-
-        outcome = await self.gateway.transact(build)
-        if outcome.applied:
-            return
-        current = _ledger_path(outcome.rows.get("ledger"))
-        if current == path:
-            return  # an earlier attempt of this very call committed
-        check_state(
-            outcome.rows.get("head") is not None, f"bucket counter of {path} was not prepared"
-        )
-        current = check_not_none(current, f"arm of {key} refused without a ledger row")
-        # Re-armed while an older watchdog is still live (an admin restore of a transaction
-        # whose watchdog was never released): move it, so one watchdog remains.
-        await self.move(key, current, path)
+        return None  # the Tier-5 row and es_transaction.restore_* share the start's change
 
     async def release(self, key: TransactionKey, path: RestorePath) -> None:
-        for _ in range(2):
-            ledger_key, live_key = self._ledger_key(key), self._path_live_key(key, path)
-
-            def build(
-                ledger_key: list[object] = ledger_key,
-                live_key: list[object] = live_key,
-                target: RestorePath = path,
-            ) -> Any:
-                txn = self._transaction()
-                ledger = txn.let("ledger", self.keyspace, LEDGER_TABLE, ledger_key)
-                head = txn.let("head", self.keyspace, BUCKET_LIVE_TABLE, live_key)
-                txn.where(*self._ledger_matches(ledger, target), head["live"].not_null())
-                txn.delete(self.keyspace, LEDGER_TABLE, ledger_key)
-                txn.update(self.keyspace, BUCKET_LIVE_TABLE, live_key, live=head["live"] - 1)
-                return txn
-
-            outcome = await self.gateway.transact(build)
-            if outcome.applied:
-                return
-            current = _ledger_path(outcome.rows.get("ledger"))
-            if current is None or current == path:
-                return  # already released (an earlier attempt, or a Retry-Node's pickup)
-            # es_transaction still named an older path (a crash between a move and the
-            # es_transaction update): release the watchdog the ledger says is live.
-            path = current
-        logger.warning("release of %s kept moving; the restore pickup will finish it", key)
+        await self.forget(key, path)
 
     async def move(self, key: TransactionKey, old: RestorePath, new: RestorePath) -> None:
-        check_state(old != new, "move to the same watchdog")
-        ledger_key = self._ledger_key(key)
-        old_key, new_key = self._path_live_key(key, old), self._path_live_key(key, new)
+        # In the re-arm's change: the old row goes as the new one comes.
+        await self.forget(key, old)
 
-        def build() -> Any:
-            txn = self._transaction()
-            ledger = txn.let("ledger", self.keyspace, LEDGER_TABLE, ledger_key)
-            old_head = txn.let("old", self.keyspace, BUCKET_LIVE_TABLE, old_key)
-            new_head = txn.let("new", self.keyspace, BUCKET_LIVE_TABLE, new_key)
-            txn.where(
-                *self._ledger_matches(ledger, old),
-                old_head["live"].not_null(),
-                new_head["live"].not_null(),
-            )
-            self._set_ledger(txn, key, new)
-            txn.update(self.keyspace, BUCKET_LIVE_TABLE, old_key, live=old_head["live"] - 1)
-            txn.update(self.keyspace, BUCKET_LIVE_TABLE, new_key, live=new_head["live"] + 1)
-            return txn
-
-        outcome = await self.gateway.transact(build)
-        if outcome.applied:
-            return
-        current = _ledger_path(outcome.rows.get("ledger"))
-        if current == new:
-            return  # an earlier attempt committed
-        if current is None:
-            # Released meanwhile (the transaction finished): arm the new one afresh.
-            await self.arm(key, new)
-            return
-        raise AccordCommitError(f"{key}: watchdog is at {current}, not {old}; move refused")
+    async def forget(self, key: TransactionKey, path: RestorePath) -> None:
+        bucket = bucket_of(path, self.directory.windows)
+        await self.directory.delete_entry(self.scope, bucket, key.transaction_id)
 
     async def liveness(self, key: TransactionKey, path: RestorePath) -> WatchdogLiveness:
-        rows = await self.cql.execute(
-            self._statement("ledger"), self._ledger_key_cql(key), row_limit=1
-        )
-        current = _ledger_path(rows[0] if rows else None)
-        return WatchdogLiveness.LIVE if current == path else WatchdogLiveness.GONE
+        return WatchdogLiveness.UNKNOWN  # decided by es_transaction, read through Accord
 
     async def bucket_live(self, scope: DirectoryScope, bucket: BucketRef) -> int | None:
-        if bucket.bucket_index % 2 == 0:
-            return None
-        rows = await self.cql.execute(
-            self._statement("live"), self._live_key(scope, bucket), row_limit=1
-        )
-        if not rows or rows[0]["live"] is None:
-            return None  # never prepared (crash before it): read the bucket
-        return int(rows[0]["live"])
+        return None
 
     async def retire_bucket(self, scope: DirectoryScope, bucket: BucketRef) -> None:
-        if bucket.bucket_index % 2 == 0:
-            return
-        live_key = self._live_key(scope, bucket)
-
-        def build() -> Any:
-            txn = self._transaction()
-            head = txn.let("head", self.keyspace, BUCKET_LIVE_TABLE, live_key)
-            txn.where(head["live"] == 0)
-            txn.delete(self.keyspace, BUCKET_LIVE_TABLE, live_key)
-            return txn
-
-        await self.gateway.transact(build)
-
-    def _statement(self, name: str) -> Prepared:
-        found = self._statements.get(name)
-        if found is None:
-            raise StackSagaError("AccordCommit.prepare() was not awaited")
-        return found
-
-    @staticmethod
-    def _ledger_key_cql(key: TransactionKey) -> list[object]:
-        return [key.region, key.cluster, key.service_name, key.transaction_id]
-
-
-def _sidecar_client() -> Any:
-    """``accord_cassandra.client``, imported on first use of the accord mode.
-
-    Dynamically, for two reasons: the sidecar client (grpc) is only needed in this mode, and
-    its generated gRPC code is untyped, which must not fail ``mypy --strict`` of this package
-    (the import-linter contract allows stacksaga_store -> accord_cassandra.client only).
-    """
-    return importlib.import_module("accord_cassandra.client")
-
-
-def _ledger_path(row: dict[str, object] | None) -> RestorePath | None:
-    if row is None or row.get("restore_bucket") is None:
         return None
-    window, bucket = row["restore_window"], row["restore_bucket"]
-    if not (isinstance(window, int) and isinstance(bucket, int)):
-        raise InvariantViolation(f"ledger restore path is not two ints: {window!r}, {bucket!r}")
-    return RestorePath(
-        date_of_year=str(row["restore_date"]),
-        window=window,
-        instance_id=str(row["restore_instance_id"]),
-        bucket=bucket,
-    )
+
+
+# -- accord v2: the directory through Accord ------------------------------------------------------
+
+T1, T2, T3 = "es_days_by_year", "es_recovery_windows_by_day", "es_instances_by_recovery_window"
+T4, T5 = "es_buckets_by_instance", "es_recovery_transactions_by_instance"
+
+
+class AccordDirectory(Directory):
+    """Tier 1-5 writes as parts of the open state change (or alone), Tier-5 reads as Accord
+    slice reads, and every delete conditional on what it deletes being done with:
+
+    * a Tier-5 bucket goes only if it holds exactly the rows that were dispatched (pointers
+      are never deleted one by one, so an equal count is the same set; restore rows are
+      deleted by their pickup, so a restore bucket goes once empty): a pointer that lands
+      while its bucket is dropped is ordered before the drop, which then sees one row more
+      and keeps the bucket, or after it, in a bucket its Tier-4 row no longer names, which
+      the pointer's own condition (the Tier-4 row exists) refuses, so the writer re-registers
+      Tiers 1-4 with it;
+    * a Tier-3, 2 or 1 row goes only while the partition below it is empty, so a Tier-4 row
+      always has its Tiers 1-3 above it.
+    """
+
+    def __init__(
+        self, cql: CqlSession, keyspace: str, windows: WindowMath, runner: ChangeRunner
+    ) -> None:
+        super().__init__(cql, keyspace, windows)
+        self.runner = runner
+
+    def _window_key(self, scope: DirectoryScope, window: WindowId) -> list[object]:
+        return [*scope.params(), window.date_of_year, self.windows.minute_of_day(window)]
+
+    def _t4_key(self, scope: DirectoryScope, bucket: BucketRef) -> list[object]:
+        return [*self._window_key(scope, bucket.window), bucket.instance_id]
+
+    def _t5_key(self, scope: DirectoryScope, bucket: BucketRef) -> list[object]:
+        return [*self._t4_key(scope, bucket), bucket.bucket_index]
+
+    async def register_path(
+        self, scope: DirectoryScope, bucket: BucketRef, instance_id_token: int
+    ) -> None:
+        ks, window = self.keyspace, bucket.window
+        t1 = [*scope.params(), window.year]
+        t2 = [*scope.params(), window.date_of_year]
+        t3 = self._window_key(scope, window)
+        t4 = self._t4_key(scope, bucket)
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(ks, T1, t1, (window.date_of_year,))
+            txn.update(ks, T2, t2, (self.windows.minute_of_day(window),))
+            txn.update(ks, T3, t3, (instance_id_token, bucket.instance_id))
+            txn.update(ks, T4, t4, (bucket.bucket_index,))
+
+        await self.runner.submit(Part("tiers 1-4", build), "tiers")
+
+    async def insert_entry(
+        self,
+        scope: DirectoryScope,
+        bucket: BucketRef,
+        transaction_id: uuid.UUID,
+        *,
+        tier4_cached: bool = False,
+        instance_id_token: int | None = None,
+        on_repair: Callable[[], None] | None = None,
+    ) -> None:
+        """The Tier-5 row. ``tier4_cached``: Tiers 1-4 are not in this change, so it holds
+        only while the bucket's Tier-4 row exists; refused (a Retry-Node dropped the bucket
+        after walking its window), the part repairs itself: it writes Tiers 1-4 with the row
+        (``instance_id_token`` needed) and the change is sent again, ``on_repair`` told."""
+        ks, t4, t5 = self.keyspace, self._t4_key(scope, bucket), self._t5_key(scope, bucket)
+        window = bucket.window
+        cached = [tier4_cached]  # False once repaired (or never cached: Tiers 1-4 elsewhere)
+
+        def build(txn: Any, tag: str) -> None:
+            if cached[0]:
+                head = txn.let(f"{tag}b", ks, T4, t4, (bucket.bucket_index,))
+                txn.where(head.exists())
+            elif tier4_cached:  # repaired
+                txn.update(ks, T1, [*scope.params(), window.year], (window.date_of_year,))
+                txn.update(
+                    ks,
+                    T2,
+                    [*scope.params(), window.date_of_year],
+                    (self.windows.minute_of_day(window),),
+                )
+                txn.update(
+                    ks, T3, self._window_key(scope, window), (instance_id_token, bucket.instance_id)
+                )
+                txn.update(ks, T4, t4, (bucket.bucket_index,))
+            txn.update(ks, T5, t5, (transaction_id,))
+
+        def mine(outcome: AccordOutcome, tag: str) -> bool:
+            return not cached[0] or outcome.rows.get(f"{tag}b") is not None
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            return not cached[0] or outcome.rows.get(f"{tag}b") is not None
+
+        def repair() -> bool:
+            if not cached[0] or instance_id_token is None:
+                return False
+            cached[0] = False
+            if on_repair is not None:
+                on_repair()
+            return True
+
+        await self.runner.submit(
+            Part(
+                f"{TIER4_PART} {bucket}",
+                build,
+                mine if tier4_cached else None,
+                repair if tier4_cached else None,
+                held if tier4_cached else None,
+            ),
+            "entry",
+        )
+
+    async def delete_entry(
+        self, scope: DirectoryScope, bucket: BucketRef, transaction_id: uuid.UUID
+    ) -> None:
+        ks, t5 = self.keyspace, self._t5_key(scope, bucket)
+
+        def build(txn: Any, tag: str) -> None:
+            txn.delete(ks, T5, t5, (transaction_id,))
+
+        await self.runner.submit(Part("watchdog delete", build), "release")
+
+    async def entries(
+        self,
+        scope: DirectoryScope,
+        bucket: BucketRef,
+        *,
+        page_rows: int = TIER5_PAGE_ROWS_DEFAULT,
+    ) -> AsyncGenerator[list[DirectoryEntry], None]:
+        """Tier 5 as Accord slice reads, page by page (at most the sidecars' slice cap)."""
+        check_state(page_rows >= 1, "page_rows must be >= 1")
+        limit = min(page_rows, SLICE_ROWS_MAX)
+        ks, t5 = self.keyspace, self._t5_key(scope, bucket)
+        after: uuid.UUID | None = None
+        while True:
+
+            def build(txn: Any, after: uuid.UUID | None = after) -> None:
+                txn.let_slice("s", ks, T5, t5, column="transaction_id", gt=after, limit=limit)
+
+            rows = (await self.runner.gateway.read(build)).slices.get("s", [])
+            if not rows:
+                return
+            page = [DirectoryEntry(scope, bucket, uuid_of(r["transaction_id"])) for r in rows]
+            yield page
+            if len(rows) < limit:
+                return
+            after = page[-1].transaction_id
+
+    async def drop_dispatched(
+        self, scope: DirectoryScope, bucket: BucketRef, pages: Sequence[DispatchedPage]
+    ) -> bool:
+        """Drop a bucket whose pages were all dispatched; False if rows came in meanwhile
+        (the bucket stays for the next pass). See the class docstring."""
+        ks, t4, t5 = self.keyspace, self._t4_key(scope, bucket), self._t5_key(scope, bucket)
+        kept = [p for p in pages if bucket.kind is BucketKind.RETRY]
+        # Pages before the last: a range delete each, while the range holds what was read.
+        for page in kept[:-1]:
+
+            def build_range(txn: Any, page: DispatchedPage = page) -> Any:
+                s = txn.let_slice(
+                    "s",
+                    ks,
+                    T5,
+                    t5,
+                    column="transaction_id",
+                    gt=page.after,
+                    le=page.last,
+                    limit=page.rows + 1,
+                )
+                txn.where(s.count() == page.rows)
+                txn.delete_range(ks, T5, t5, column="transaction_id", gt=page.after, le=page.last)
+
+            if not await self._conditional(build_range):
+                return False
+        tail = kept[-1] if kept else None
+        after = tail.after if tail else None
+        expected = tail.rows if tail else 0
+
+        def build_drop(txn: Any) -> Any:
+            s = txn.let_slice(
+                "s", ks, T5, t5, column="transaction_id", gt=after, limit=expected + 1
+            )
+            txn.where(s.count() == expected)
+            txn.delete_partition(ks, T5, t5)
+            txn.delete(ks, T4, t4, (bucket.bucket_index,))
+
+        return await self._conditional(build_drop)
+
+    async def drop_bucket(self, scope: DirectoryScope, bucket: BucketRef) -> None:
+        """An empty bucket only (the conditional form is :meth:`drop_dispatched`)."""
+        await self.drop_dispatched(scope, bucket, [])
+
+    async def _conditional(self, build: Callable[[Any], Any]) -> bool:
+        outcome = await self.runner.gateway.read(build)
+        return outcome.applied
+
+    async def drop_instance(self, scope: DirectoryScope, instance: InstanceRef) -> None:
+        ks = self.keyspace
+        t3 = self._window_key(scope, instance.window)
+        t4 = [*t3, instance.instance_id]
+
+        def build(txn: Any) -> None:
+            below = txn.let_slice("s", ks, T4, t4, limit=1)
+            txn.where(below.not_exists())
+            txn.delete(ks, T3, t3, (instance.instance_id_token, instance.instance_id))
+
+        await self._conditional(build)
+
+    async def drop_window(self, scope: DirectoryScope, window: WindowId) -> None:
+        ks, t3 = self.keyspace, self._window_key(scope, window)
+        t2 = [*scope.params(), window.date_of_year]
+
+        def build(txn: Any) -> None:
+            below = txn.let_slice("s", ks, T3, t3, limit=1)
+            txn.where(below.not_exists())
+            txn.delete(ks, T2, t2, (self.windows.minute_of_day(window),))
+
+        await self._conditional(build)
+
+    async def restore_window(self, scope: DirectoryScope, window: WindowId) -> None:
+        ks = self.keyspace
+        t1 = [*scope.params(), window.year]
+        t2 = [*scope.params(), window.date_of_year]
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(ks, T2, t2, (self.windows.minute_of_day(window),))
+            txn.update(ks, T1, t1, (window.date_of_year,))
+
+        await self.runner.submit(Part("tiers 1-2", build), "tiers")
+
+    async def drop_day(self, scope: DirectoryScope, date_of_year: str) -> None:
+        ks = self.keyspace
+        t1 = [*scope.params(), int(date_of_year[:4])]
+        t2 = [*scope.params(), date_of_year]
+
+        def build(txn: Any) -> None:
+            below = txn.let_slice("s", ks, T2, t2, limit=1)
+            txn.where(below.not_exists())
+            txn.delete(ks, T1, t1, (date_of_year,))
+
+        await self._conditional(build)
+
+
+TIER4_PART = "tier-4 row of"

@@ -29,7 +29,7 @@ Statement counts per tier are in :attr:`CqlSession.counts` (the bench reads them
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "Directory",
     "DirectoryEntry",
     "DirectoryScope",
+    "DispatchedPage",
     "InstanceRef",
     "bucket_kind",
 ]
@@ -126,6 +127,15 @@ class DirectoryEntry:
     @property
     def kind(self) -> BucketKind:
         return self.bucket.kind
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchedPage:
+    """A Tier-5 page a Retry-Node dispatched in full: ids after ``after`` up to ``last``."""
+
+    after: uuid.UUID | None
+    last: uuid.UUID
+    rows: int
 
 
 class Directory:
@@ -280,8 +290,16 @@ class Directory:
         await self._run("t4_put", self._bucket_params(scope, bucket))
 
     async def insert_entry(
-        self, scope: DirectoryScope, bucket: BucketRef, transaction_id: uuid.UUID
+        self,
+        scope: DirectoryScope,
+        bucket: BucketRef,
+        transaction_id: uuid.UUID,
+        *,
+        tier4_cached: bool = False,
+        instance_id_token: int | None = None,
+        on_repair: Callable[[], None] | None = None,
     ) -> None:
+        """The Tier-5 row (the keywords matter to the accord mode's directory only)."""
         await self._run("t5_put", [*self._bucket_params(scope, bucket), transaction_id])
 
     async def delete_entry(
@@ -386,6 +404,14 @@ class Directory:
         params = self._bucket_params(scope, bucket)
         await self._run("t5_drop", params)
         await self._run("t4_delete", params)
+
+    async def drop_dispatched(
+        self, scope: DirectoryScope, bucket: BucketRef, pages: Sequence[DispatchedPage]
+    ) -> bool:
+        """Drop a bucket whose ``pages`` were all dispatched; True once it is gone. Here
+        unconditionally (the accord mode's directory checks nothing came in meanwhile)."""
+        await self.drop_bucket(scope, bucket)
+        return True
 
     async def drop_instance(self, scope: DirectoryScope, instance: InstanceRef) -> None:
         """The Tier-3 marker, once every bucket of the instance in the window is gone."""

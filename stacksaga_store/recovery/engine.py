@@ -11,8 +11,9 @@
     await engine.close(); await runtime.close()
 
 The commit mode is ``stacksaga.cassandra.recovery.commit-mode``; ``accord`` needs the
-sidecars (``recovery.accord.sidecars``) serving the accord keyspace
-(:func:`~stacksaga_store.store.extension_schema.apply_accord_schema` creates it).
+sidecars (``recovery.accord.sidecars``) serving the store's own keyspace, and replaces the
+runtime's event store and write protection with their Accord forms
+(:mod:`stacksaga_store.store.accord_store`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from stacksaga_store.clock import Clock, SystemClock
 from stacksaga_store.config.settings import CommitModeName
 from stacksaga_store.recovery.commit_modes import (
     AccordCommit,
+    AccordDirectory,
     AccordGateway,
     CommitMode,
     CrashPoints,
@@ -38,7 +40,7 @@ from stacksaga_store.ring.leases import LeaseSource
 from stacksaga_store.saga.definition import Saga
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.saga.runtime import StoreRuntime
-from stacksaga_store.store.extension_schema import default_accord_keyspace
+from stacksaga_store.store.accord_store import AccordEventStore, AccordProtection
 
 __all__ = ["RecoveryEngine"]
 
@@ -78,15 +80,24 @@ class RecoveryEngine:
                 token=recovery.accord.token,
                 timeout=recovery.accord.timeout.total_seconds(),
             )
-            accord = AccordCommit(
-                gateway=gateway,
-                cql=runtime.cql,
-                accord_keyspace=recovery.accord.keyspace
-                or default_accord_keyspace(runtime.driver_config.keyspace),
-                windows=windows,
+            keyspace = runtime.driver_config.keyspace
+            events = AccordEventStore(
+                runtime.cql, keyspace, gateway=gateway, crashes=(crash or CrashPoints()).commits
             )
-            await accord.prepare()
-            commit = accord
+            await events.prepare()
+            protection = AccordProtection(
+                runtime.cql,
+                keyspace,
+                events=events,
+                lease_waits_max=runtime.protection.lease_waits_max,
+            )
+            await protection.prepare()
+            # Every writer of the store in this process goes through Accord from now on
+            # (a plain write after an Accord write of the same cells would be lost).
+            runtime.events, runtime.protection = events, protection
+            directory = AccordDirectory(runtime.cql, keyspace, windows, events.runner)
+            await directory.prepare()
+            commit = AccordCommit(directory, DirectoryScope.of(settings.instance))
         else:
             commit = OrderedCommit(directory, DirectoryScope.of(settings.instance))
         used_clock = clock or SystemClock()

@@ -71,6 +71,7 @@ from stacksaga_store.recovery.directory import (
     Directory,
     DirectoryEntry,
     DirectoryScope,
+    DispatchedPage,
     InstanceRef,
 )
 from stacksaga_store.recovery.metrics import RecoveryMetrics
@@ -78,6 +79,7 @@ from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text, re
 from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost
 from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.store.accord_store import StateChangeConflict
 from stacksaga_store.store.model import TransactionKey
 from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
 
@@ -205,10 +207,17 @@ class SagaDispatcher:
             await self.commit.release(key, path)
             return DispatchOutcome.RELEASED
         if liveness is WatchdogLiveness.UNKNOWN and record.restore_path not in (None, path):
-            # Ordered mode: an earlier pickup re-armed the watchdog elsewhere; this row is the
-            # old one, left for its bucket's drop.
+            # An earlier pickup re-armed the watchdog elsewhere; this row is the old one
+            # (ordered: left for its bucket's drop; accord: deleted now, so the bucket empties).
+            await self.commit.forget(key, path)
             return DispatchOutcome.GONE
-        await self.writer.rearm(key, path)
+        try:
+            await self.writer.rearm(key, path)
+        except StateChangeConflict as exc:
+            # Accord: finished or re-armed since the read; this row is not its watchdog.
+            logger.info("restore of %s: %s", key, exc)
+            await self.commit.forget(key, path)
+            return DispatchOutcome.GONE
         self.writer.crash.hit(CrashPoint.REARM_BEFORE_RESUME)
         return await self._resume(key)
 
@@ -382,11 +391,14 @@ class RetryNode:
             report.buckets_dropped += 1
             return 0
         tasks: list[asyncio.Task[bool]] = []
+        seen: list[DispatchedPage] = []
         try:
             self._guard(lease)
             pages = self.directory.entries(self.scope, bucket, page_rows=self.page_rows)
             async with contextlib.aclosing(pages):
                 async for page in pages:
+                    after = seen[-1].last if seen else None
+                    seen.append(DispatchedPage(after, page[-1].transaction_id, len(page)))
                     await self._dispatch_page(lease, page, tasks)
                     self._guard(lease)  # before the next page's query
         finally:
@@ -403,7 +415,10 @@ class RetryNode:
             report.buckets_kept += 1
             return max(1, len(results) - succeeded)
         self._guard(lease)
-        await self._drop(bucket)
+        if not await self._drop(bucket, seen):
+            # Accord: rows came in while it was walked (a late pointer); next pass.
+            report.buckets_kept += 1
+            return 1
         report.buckets_dropped += 1
         return 0
 
@@ -444,7 +459,9 @@ class RetryNode:
             self.metrics.dispatched[entry.kind.value, outcome.value] += 1
         return outcome is not DispatchOutcome.FAILED
 
-    async def _drop(self, bucket: BucketRef) -> None:
-        await self.directory.drop_bucket(self.scope, bucket)
+    async def _drop(self, bucket: BucketRef, pages: Sequence[DispatchedPage] = ()) -> bool:
+        if not await self.directory.drop_dispatched(self.scope, bucket, pages):
+            return False
         await self.commit.retire_bucket(self.scope, bucket)
         self.metrics.buckets_dropped[bucket.kind.value] += 1
+        return True

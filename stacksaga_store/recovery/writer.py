@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import OrderedDict
 from datetime import datetime
 
 from accord_cassandra.tokens import murmur3_token, text_key
@@ -54,6 +55,7 @@ from stacksaga_store.clock import Clock, SystemClock
 from stacksaga_store.config.settings import StackSagaSettings
 from stacksaga_store.errors import StackSagaError, check_state
 from stacksaga_store.recovery.commit_modes import (
+    TIER4_PART,
     CommitMode,
     CrashPoint,
     CrashPoints,
@@ -63,6 +65,7 @@ from stacksaga_store.recovery.commit_modes import (
 from stacksaga_store.recovery.directory import BucketKind, BucketRef, Directory, DirectoryScope
 from stacksaga_store.recovery.windows import WindowId, WindowMath
 from stacksaga_store.saga.handoff import RetryRequest
+from stacksaga_store.store.accord_store import StateChangeConflict, after_commit, current_change
 from stacksaga_store.store.cql import StoreUnavailableError
 from stacksaga_store.store.events import CassandraEventStore
 from stacksaga_store.store.model import RestorePath, TransactionKey
@@ -75,6 +78,8 @@ logger = logging.getLogger(__name__)
 # A retry pointer acknowledged after its window started is written again into the next
 # window, at most this many times in all (each late one means a pause of a window or more).
 LATE_POINTER_ATTEMPTS = 3
+# Accord: watchdogs released by a step's change, so the completion does not delete again.
+RELEASED_REMEMBERED = 10_000
 
 
 def new_instance_id() -> str:
@@ -119,6 +124,8 @@ class RecoveryWriter:
         self.crash = crash or CrashPoints()
         self._counters: dict[tuple[WindowId, BucketKind], int] = {}
         self._paths: dict[BucketRef, asyncio.Task[None]] = {}
+        self._registered: set[BucketRef] = set()  # accord: Tiers 1-4 committed
+        self._released: OrderedDict[TransactionKey, RestorePath] = OrderedDict()
         self._pruned_before: WindowId | None = None
         self.late_repairs = 0
 
@@ -133,6 +140,8 @@ class RecoveryWriter:
 
     async def _ensure_path(self, bucket: BucketRef) -> None:
         """Tier 1-4 (and the mode's bucket set-up), once per bucket per process."""
+        if self.commit.atomic:
+            return  # accord: _insert() puts them into the state change itself
         task = self._paths.get(bucket)
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             task = asyncio.ensure_future(self._register(bucket))
@@ -143,6 +152,43 @@ class RecoveryWriter:
     async def _register(self, bucket: BucketRef) -> None:
         await self.directory.register_path(self.scope, bucket, self.instance_id_token)
         await self.commit.prepare_bucket(self.scope, bucket)
+
+    async def _insert(self, bucket: BucketRef, key: TransactionKey) -> None:
+        """The Tier-5 row, after Tiers 1-4 (ordered: once per bucket per process).
+
+        Accord: in the open state change. Tiers 1-4 ride along until a change carrying them
+        committed (then the bucket is cached) and whenever the bucket's window may have been
+        walked already (the clock is past its start); a cached insert holds only while the
+        bucket's Tier-4 row exists, so the cache can never hide a missing upper tier: a
+        refused change forgets the bucket (:meth:`_refused`).
+        """
+        if not self.commit.atomic:
+            await self._ensure_path(bucket)
+            await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
+            return
+        cached = bucket in self._registered and self.clock.now() < self.windows.start(bucket.window)
+        if not cached:
+            await self._register(bucket)
+        after_commit(lambda: self._registered.add(bucket))
+        change = current_change()
+        if change is not None:
+            change.on_refused.append(lambda conflict: self._refused(bucket, conflict))
+        await self.directory.insert_entry(
+            self.scope,
+            bucket,
+            key.transaction_id,
+            tier4_cached=cached,
+            instance_id_token=self.instance_id_token,
+            on_repair=self._repaired,
+        )
+
+    def _repaired(self) -> None:
+        self.late_repairs += 1
+        logger.info("a cached bucket was dropped under a state change: tiers 1-4 again")
+
+    def _refused(self, bucket: BucketRef, conflict: StateChangeConflict) -> None:
+        if any(part.startswith(TIER4_PART) for part in conflict.parts):
+            self._registered.discard(bucket)
 
     def _prune(self, now: datetime) -> None:
         """Forget buckets of windows a reader may already have walked (bounded memory)."""
@@ -156,6 +202,7 @@ class RecoveryWriter:
             del self._counters[key]
         for bucket in [b for b, t in self._paths.items() if b.window < horizon and t.done()]:
             del self._paths[bucket]
+        self._registered = {b for b in self._registered if b.window >= horizon}
 
     # -- RecoveryHandoff -------------------------------------------------------------------------
 
@@ -168,8 +215,7 @@ class RecoveryWriter:
 
     async def _write_watchdog(self, key: TransactionKey, window: WindowId) -> RestorePath:
         bucket = self.allocate(window, BucketKind.RESTORE)
-        await self._ensure_path(bucket)
-        await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
+        await self._insert(bucket, key)
         self.crash.hit(CrashPoint.WATCHDOG_INDEXED)
         path = path_of(bucket, self.windows)
         await self.commit.arm(key, path)
@@ -183,6 +229,11 @@ class RecoveryWriter:
         self.crash.hit(CrashPoint.RETRY_BEFORE_POINTER)
         self._prune(request.failed_at)
         window = self.windows.retry_window(request.failed_at)
+        if self.commit.atomic:
+            # Accord: a committed pointer is never lost to a drop (AccordDirectory), and a
+            # window already walked is walked again, so no late repair is needed.
+            await self._insert(self.allocate(window, BucketKind.RETRY), request.key)
+            return
         for attempt in range(LATE_POINTER_ATTEMPTS):
             bucket = self.allocate(window, BucketKind.RETRY)
             await self._ensure_path(bucket)
@@ -223,12 +274,22 @@ class RecoveryWriter:
         self.crash.hit(CrashPoint.RELEASE_BEFORE)
         if path is None:
             return
+        if self.commit.atomic:
+            # The last step's change released it; the orchestrator's completion asks again.
+            if self._released.get(key) == path:
+                return
+            after_commit(lambda: self._remember_release(key, path))
         try:
             await self.commit.release(key, path)
         except (StoreUnavailableError, StackSagaError) as exc:
             logger.warning(
                 "watchdog of %s (%s) not released (%s); the restore pickup will", key, status, exc
             )
+
+    def _remember_release(self, key: TransactionKey, path: RestorePath) -> None:
+        self._released[key] = path
+        while len(self._released) > RELEASED_REMEMBERED:
+            self._released.popitem(last=False)
 
     # -- restore pickup ------------------------------------------------------------------------
 
@@ -241,11 +302,13 @@ class RecoveryWriter:
         self._prune(now)
         window = self.windows.restore_window(now, self.delay_windows)
         bucket = self.allocate(window, BucketKind.RESTORE)
-        await self._ensure_path(bucket)
-        await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
         new = path_of(bucket, self.windows)
-        await self.commit.move(key, old, new)
-        await self.events.write_restore_path(key, new)
+        # Accord: one transaction, refused (StateChangeConflict) if the transaction finished
+        # or its watchdog moved meanwhile. Ordered: the writes below, in this order.
+        async with self.events.state_change("rearm"):
+            await self._insert(bucket, key)
+            await self.commit.move(key, old, new)
+            await self.events.write_restore_path(key, new, expect=old)
         return new
 
     def bucket_of(self, path: RestorePath) -> BucketRef:

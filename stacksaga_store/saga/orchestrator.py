@@ -61,6 +61,7 @@ from stacksaga_store.errors import (
 from stacksaga_store.saga.classify import is_retryable
 from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext, idempotency_key
 from stacksaga_store.saga.handoff import NoRecoveryHandoff, RecoveryHandoff, RetryRequest
+from stacksaga_store.store.accord_store import StateChangeConflict
 from stacksaga_store.store.cql import Prepared
 from stacksaga_store.store.events import CassandraEventStore, new_transaction_id
 from stacksaga_store.store.model import RestorePath, TransactionKey, TransactionView
@@ -270,10 +271,12 @@ class Orchestrator:
         payload = SagaPayload(definition.name, definition.step_names, dict(aggregate), {})
         encoded = payload.encode()
         # Seed order: the watchdog first, so a crash right after creation is still restored.
-        path = await self.recovery.register_watchdog(key, now)
-        await self.store.create(
-            key, status=RunningStatus.STARTED, payload=encoded, now=now, restore_path=path
-        )
+        # (Each ``state_change`` is one Accord transaction in the accord commit mode.)
+        async with self.store.state_change("start"):
+            path = await self.recovery.register_watchdog(key, now)
+            await self.store.create(
+                key, status=RunningStatus.STARTED, payload=encoded, now=now, restore_path=path
+            )
         logger.info("saga started: txn=%s saga=%s", key, definition.name)
         return _Run(key, definition, RunningStatus.STARTED, payload, now, [], path)
 
@@ -325,17 +328,18 @@ class Orchestrator:
         event = Event.ADMIN_RESTORED_REVERT if reverting else Event.ADMIN_RESTORED_FORWARD
         status = transition(run.status, event)  # IllegalTransitionError unless parked
         now = self._now()
-        await self._append(
-            run, LIFECYCLE_EXECUTOR, ExecutionType.ADMIN_RESTORE, TryoutStatus.RESTORED, now
-        )
-        run.payload = replace(run.payload, suspended_from=None, last_error=None)
-        run.status = status
-        path = await self.recovery.register_watchdog(run.key, now)
-        run.restore_path = path or run.restore_path
-        await self.store.unfreeze(
-            run.key, status=status, payload=run.payload.encode(), now=now, restore_path=path
-        )
-        await self._reset_failed_marker(run)
+        async with self.store.state_change("unfreeze"):
+            await self._append(
+                run, LIFECYCLE_EXECUTOR, ExecutionType.ADMIN_RESTORE, TryoutStatus.RESTORED, now
+            )
+            run.payload = replace(run.payload, suspended_from=None, last_error=None)
+            run.status = status
+            path = await self.recovery.register_watchdog(run.key, now)
+            run.restore_path = path or run.restore_path
+            await self.store.unfreeze(
+                run.key, status=status, payload=run.payload.encode(), now=now, restore_path=path
+            )
+            await self._reset_failed_marker(run)
         logger.info("admin restore: txn=%s now=%s", run.key, status.value)
         return await self._drive(run)
 
@@ -379,12 +383,34 @@ class Orchestrator:
 
     async def _finish(self, run: _Run, event: Event) -> None:
         """Write a final status the last invocation did not already write, then release."""
-        if run.status not in FINAL_STATUSES:
-            run.status = transition(run.status, event)
-            await self.store.write_state(run.key, run.status, run.payload.encode(), self._now())
-        await self._release(run)
+        async with self.store.state_change("finish"):
+            if run.status not in FINAL_STATUSES:
+                run.status = transition(run.status, event)
+                await self.store.write_state(run.key, run.status, run.payload.encode(), self._now())
+            await self._release(run)
 
     async def _invoke(
+        self,
+        run: _Run,
+        step: Step,
+        kind: ExecutionType,
+        *,
+        heal_skips: bool,
+        fence: StepFence | None = None,
+    ) -> DeliveryOutcome:
+        """One step invocation and its outcome's writes: one state change (accord: one
+        transaction, refused if another worker recorded the invocation first)."""
+        try:
+            async with self.store.state_change("step"):
+                return await self._invoke_step(run, step, kind, heal_skips=heal_skips, fence=fence)
+        except StateChangeConflict as exc:
+            logger.warning("txn=%s step=%s: %s", run.key, step.name, exc)
+            fresh = await self._load(run.key.transaction_id)
+            run.payload, run.status, run.tryouts = fresh.payload, fresh.status, fresh.tryouts
+            run.restore_path = fresh.restore_path
+            return DeliveryOutcome.LEASE_LOST
+
+    async def _invoke_step(
         self,
         run: _Run,
         step: Step,
@@ -581,18 +607,19 @@ class Orchestrator:
             return False
         previous = run.status
         run.status = transition(previous, Event.LIFETIME_EXPIRED)
-        await self._append(
-            run, LIFECYCLE_EXECUTOR, ExecutionType.QUARANTINE, TryoutStatus.QUARANTINED, now
-        )
-        run.payload = replace(run.payload, suspended_from=previous.value)
-        reason = (
-            f"LIFETIME_EXPIRED: older than {lifetime} (since {started.isoformat()}) "
-            f"while {previous.value}"
-        )
-        await self.store.freeze(
-            run.key, status=run.status, payload=run.payload.encode(), reason=reason, now=now
-        )
-        await self._release(run)
+        async with self.store.state_change("freeze"):
+            await self._append(
+                run, LIFECYCLE_EXECUTOR, ExecutionType.QUARANTINE, TryoutStatus.QUARANTINED, now
+            )
+            run.payload = replace(run.payload, suspended_from=previous.value)
+            reason = (
+                f"LIFETIME_EXPIRED: older than {lifetime} (since {started.isoformat()}) "
+                f"while {previous.value}"
+            )
+            await self.store.freeze(
+                run.key, status=run.status, payload=run.payload.encode(), reason=reason, now=now
+            )
+            await self._release(run)
         logger.warning("txn=%s quarantined: %s", run.key, reason)
         return True
 

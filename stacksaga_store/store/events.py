@@ -23,6 +23,10 @@ Writes and why they are safe:
 * Freeze and restore change es_transaction and es_frozen_transaction together in one LOGGED
   batch: both partitions eventually get the change, or neither.
 
+In the ``accord`` commit mode :class:`~stacksaga_store.store.accord_store.AccordEventStore`
+replaces every write and read above with Accord transactions (no LWT, no batch), and
+:meth:`CassandraEventStore.state_change` groups a saga state change's writes into one.
+
 Limits: :data:`TRYOUTS_PER_TRANSACTION_MAX` tryouts per transaction (Temporal-style history
 cap; a saga that needs more is looping), :data:`PAYLOAD_BYTES_MAX` per payload (Cassandra warns
 on batches over 5 KiB and fails over 50 KiB; the payload rides in batches).
@@ -31,6 +35,7 @@ on batches over 5 KiB and fails over 50 KiB; the payload rides in batches).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -214,6 +219,12 @@ class CassandraEventStore:
         for name, (cql, kind, table) in specs.items():
             self._statements[name] = await self.cql.prepare(cql, kind=kind, table=table)
 
+    def state_change(self, label: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The writes of one saga state change. Here (the ``ordered`` mode) each is sent on
+        its own, in the order the orchestrator issues them; the accord mode's store
+        (:mod:`stacksaga_store.store.accord_store`) commits them as one transaction."""
+        return contextlib.nullcontext()
+
     def _statement(self, name: str) -> Prepared:
         statement = self._statements.get(name)
         if statement is None:
@@ -262,9 +273,12 @@ class CassandraEventStore:
         write = self.state_write(key, status, payload, now)
         await self.cql.execute(write.prepared, write.params)
 
-    async def write_restore_path(self, key: TransactionKey, path: RestorePath) -> None:
+    async def write_restore_path(
+        self, key: TransactionKey, path: RestorePath, *, expect: RestorePath | None = None
+    ) -> None:
         """Point es_transaction.restore_* at a new watchdog (the recovery engine re-arms one
-        when it restores a transaction); only those four cells change."""
+        when it restores a transaction); only those four cells change. ``expect`` (the
+        watchdog being replaced) is checked by the accord mode only."""
         params = [path.date_of_year, path.window, path.instance_id, path.bucket, *key.params()]
         await self.cql.execute(self._statement("restore_path"), params)
 

@@ -2,12 +2,11 @@
 
 * ``es_ring_state`` (store keyspace): the ring coordinator's leadership row (LWT with a TTL)
   and one fencing-epoch row per service ring; see :mod:`stacksaga_store.ring.server`.
-* ``es_watchdog_ledger`` and ``es_watchdog_bucket_live`` (the *accord keyspace*, by default
-  ``<keyspace>_accord``): the ``accord`` commit mode's single-row tables, written only through
-  the Accord sidecars; see :mod:`stacksaga_store.recovery.commit_modes`. They live in a keyspace of
-  their own because a sidecar serves every single-row table of the keyspaces it is given and
-  such tables must be written only through Accord; the store keyspace has single-row tables
-  (es_transaction, es_frozen_transaction) that the event store writes directly.
+* ``es_watchdog_ledger`` and ``es_watchdog_bucket_live``: the side ledger of the first
+  ``accord`` commit mode, in a keyspace of its own. No longer written or read: the accord mode
+  now commits each saga state change over the seed's own tables
+  (:mod:`stacksaga_store.recovery.commit_modes`); kept so existing deployments' schema
+  tooling still knows the tables, which can be dropped.
 
 Creation is idempotent (``IF NOT EXISTS``), like :func:`stacksaga_store.store.schema.apply_schema`.
 """

@@ -1,7 +1,7 @@
 """Fixtures for the recovery engine tests, on the real Cassandra node of tests/conftest.py.
 
-One keyspace per session holds the seed's 9 tables plus ``es_ring_state``; its accord keyspace
-(``<keyspace>_accord``) holds the accord commit mode's two tables. Each test gets its own
+One keyspace per session holds the seed's 9 tables plus ``es_ring_state``; the accord commit
+mode's sidecars serve that same keyspace. Each test gets its own
 ``service_name``, so its directory partitions never meet another test's (the seed's own
 isolation: region, cluster and service lead every partition key).
 
@@ -30,9 +30,7 @@ from stacksaga_store.recovery.engine import RecoveryEngine
 from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
 from stacksaga_store.store.connect import connect_sync
 from stacksaga_store.store.extension_schema import (
-    apply_accord_schema,
     apply_coordination_schema,
-    default_accord_keyspace,
 )
 from stacksaga_store.store.schema import apply_schema
 from tests.stacksaga.conftest import SIMPLE_SCHEMA, driver_text
@@ -76,14 +74,9 @@ def recovery_keyspace(cassandra_node: CassandraHandle) -> Iterator[str]:
     try:
         apply_schema(session, keyspace, settings.cassandra.schema_)
         apply_coordination_schema(session, keyspace, settings.cassandra.schema_)
-        apply_accord_schema(session, default_accord_keyspace(keyspace), settings.cassandra.schema_)
         yield keyspace
         # A schema change on a loaded machine can take longer than the driver's 10 s default.
         session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DROP_TIMEOUT_SECONDS)
-        session.execute(
-            f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}",
-            timeout=DROP_TIMEOUT_SECONDS,
-        )
     finally:
         cluster.shutdown()
 
@@ -161,7 +154,7 @@ def accord_sidecars(
     recovery_keyspace: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[str]]:
-    """Three Accord sidecars serving the accord keyspace on the test node; their addresses.
+    """Three Accord sidecars serving the store keyspace on the test node; their addresses.
 
     Started once per session (each is a separate process) after the keyspace exists: a
     sidecar reads its keyspaces' tables at start-up.
@@ -176,7 +169,7 @@ def accord_sidecars(
         cassandra={
             "contact_points": list(cassandra_node.contact_points),
             "port": cassandra_node.native_port,
-            "keyspaces": [default_accord_keyspace(recovery_keyspace)],
+            "keyspaces": [recovery_keyspace],
         },
     )
     sidecars.start(timeout=90)

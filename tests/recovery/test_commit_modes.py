@@ -106,10 +106,8 @@ def test_crash_between_watchdog_and_transaction(
             await drain(stack, node, 3)
             outcomes = node.metrics.dispatched
             accord = "commit-mode" in mode
-            if accord and point is CrashPoint.WATCHDOG_INDEXED:
-                # The commit never happened: the bucket's live count is 0, so the index row is
-                # not a watchdog and the bucket is dropped unread (not even a status read).
-                assert node.metrics.buckets_skipped == 1
+            if accord:
+                # The start is one transaction and the crash came before it: no row at all.
                 assert sum(outcomes.values()) == 0
             else:
                 assert outcomes["RESTORE", DispatchOutcome.RELEASED.value] == 1
@@ -155,7 +153,10 @@ def test_crash_before_the_retry_pointer(
 def test_crash_between_final_status_and_release(
     open_stack: StackFactory, service_name: str, mode: dict[str, Any]
 ) -> None:
-    """PROCESS_COMPLETED written, watchdog never released: released at pickup, not re-run."""
+    """Ordered: PROCESS_COMPLETED written, watchdog never released: released at pickup, not
+    re-run. Accord: the release is part of the last step's transaction, so the crash lost the
+    step's commit with it: the watchdog restores the saga and the step runs again (it never
+    committed)."""
 
     async def body() -> None:
         clock = ManualClock(T0)
@@ -166,13 +167,17 @@ def test_crash_between_final_status_and_release(
             orchestrator = crashed.engine.orchestrator(sagas=[steps.saga()])
             with pytest.raises(SimulatedCrash):
                 await orchestrator.start("work", {}, transaction_id=txn)
+        accord = "commit-mode" in mode
         async with open_stack(clock=clock, **mode) as stack:
-            assert await status_of(stack, txn) is RunningStatus.PROCESS_COMPLETED
+            expected = RunningStatus.STARTED if accord else RunningStatus.PROCESS_COMPLETED
+            assert await status_of(stack, txn) is expected
             node = node_of(stack, steps, service_name)
             clock.advance(DELAY * MINUTE)
-            await drain(stack, node, 3)
-            assert node.metrics.dispatched["RESTORE", DispatchOutcome.RELEASED.value] == 1
-            assert steps.runs[txn] == 1
+            await drain(stack, node, DELAY + 3)
+            outcome = DispatchOutcome.RESUMED if accord else DispatchOutcome.RELEASED
+            assert node.metrics.dispatched["RESTORE", outcome.value] == 1
+            assert await status_of(stack, txn) is RunningStatus.PROCESS_COMPLETED
+            assert steps.runs[txn] == (2 if accord else 1)
 
     run(body())
 
@@ -210,8 +215,8 @@ def test_crash_of_a_retry_node_between_rearm_and_resume(
             report = await node.run_pass()
             assert report.failed == 0 and report.buckets_dropped >= 1
             if "commit-mode" in mode:
-                # The move committed: the old bucket's live count is 0, dropped unread.
-                assert node.metrics.buckets_skipped == 1
+                # The move committed with the old row's delete: the old bucket is empty.
+                assert sum(node.metrics.dispatched.values()) == 0
             else:
                 # es_transaction.restore_* names the new row: the old one is superseded.
                 assert node.metrics.dispatched["RESTORE", DispatchOutcome.GONE.value] == 1
@@ -230,9 +235,9 @@ def test_crash_of_a_retry_node_between_rearm_and_resume(
 def test_finished_sagas_leave_restore_buckets_that_cost_nothing_to_drop(
     open_stack: StackFactory, service_name: str, mode: dict[str, Any]
 ) -> None:
-    """Completed sagas: ``ordered`` deletes each watchdog row (the seed's cell tombstones in
-    odd buckets); ``accord`` deletes nothing and the Retry-Node drops the bucket unread
-    because its live count is 0."""
+    """Completed sagas: both modes delete each watchdog row (the seed's cell tombstones in
+    odd buckets; accord: inside the last step's transaction), and the Retry-Node drops the
+    empty bucket without dispatching anything."""
 
     async def body() -> None:
         async with open_stack(**mode) as stack:
@@ -243,13 +248,12 @@ def test_finished_sagas_leave_restore_buckets_that_cost_nothing_to_drop(
                 assert outcome.status is RunningStatus.PROCESS_COMPLETED
             scope = DirectoryScope.of(stack.runtime.settings.instance)
             dump = await dump_directory(stack.runtime, scope)
-            accord = "commit-mode" in mode
-            assert len(dump.tier5_transactions(odd=True)) == (5 if accord else 0)
+            assert len(dump.tier5_transactions(odd=True)) == 0
             node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
             stack.clock.advance(DELAY * MINUTE)
             report = await node.run_pass()
             assert report.buckets_dropped == 1
-            assert node.metrics.buckets_skipped == (1 if accord else 0)
+            assert node.metrics.buckets_skipped == 0
             assert report.rows == 0
             dump = await dump_directory(stack.runtime, scope)
             assert dump.empty_below_tier2

@@ -29,9 +29,11 @@ from typing import Any
 import pytest
 
 from stacksaga_store.clock import ManualClock
+from stacksaga_store.recovery.commit_modes import CrashPoints
 from stacksaga_store.recovery.directory import BucketRef, DirectoryScope
 from stacksaga_store.recovery.retry_node import DispatchOutcome
 from stacksaga_store.recovery.windows import READ_GRACE_FLOOR
+from stacksaga_store.store.accord_store import SimulatedCommitCrash
 from stacksaga_store.store.states import RunningStatus, TryoutStatus
 from tests.recovery.conftest import StackFactory
 from tests.recovery.test_commit_modes import MINUTE, Steps, drain, node_of, status_of
@@ -75,9 +77,15 @@ def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
         steps = Steps()
         steps.fail_first = True
         txn = uuid.uuid4()
-        async with open_stack(clock=clock, **mode) as crashed:
+        accord = "commit-mode" in mode
+        # Accord: the failure is one transaction (pointer, tryout, status); the crash comes
+        # right after it, and before it would be a crash mid-step (the watchdog's case).
+        crash = CrashPoints(commits=[("step", "after")]) if accord else None
+        async with open_stack(clock=clock, crash=crash, **mode) as crashed:
             store = crashed.runtime.events
-            if after == "failed tryout":
+            if accord:
+                pass
+            elif after == "failed tryout":
                 crash_after(
                     store,
                     "append_tryout",
@@ -90,7 +98,7 @@ def test_a_crash_after_a_retryable_failure_is_retried_in_the_next_window(
                     lambda args, _: args[1] is RunningStatus.FAILED_WITH_RETRYABLE_ERROR,
                 )
             orchestrator = crashed.engine.orchestrator(sagas=[steps.saga()])
-            with pytest.raises(Killed):
+            with pytest.raises(SimulatedCommitCrash if accord else Killed):
                 await orchestrator.start("work", {}, transaction_id=txn)
         assert steps.runs[txn] == 1
         async with open_stack(clock=clock, **mode) as stack:
@@ -125,9 +133,19 @@ def test_a_pointer_landing_as_its_bucket_is_dropped_is_retried_a_window_later(
             dropped = asyncio.Event()
             original = directory.insert_entry
 
-            async def in_flight(scope: DirectoryScope, bucket: BucketRef, txn: uuid.UUID) -> None:
+            accord = "commit-mode" in mode
+
+            async def in_flight(
+                scope: DirectoryScope, bucket: BucketRef, txn: uuid.UUID, **kw: Any
+            ) -> None:
                 if txn != late or bucket.bucket_index % 2 == 1 or dropped.is_set():
-                    await original(scope, bucket, txn)
+                    await original(scope, bucket, txn, **kw)
+                    return
+                if accord:
+                    # The failure's transaction, held on its way: committed after the drop.
+                    sent.set()
+                    await dropped.wait()
+                    await original(scope, bucket, txn, **kw)
                     return
                 # Timestamped now, applied after the drop: a write stuck on the network.
                 stamp = time.time_ns() // 1000

@@ -7,7 +7,7 @@ Pickup", "Bounded Partitions: The Instance-Level Bucketing Strategy".
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,12 +29,13 @@ MINUTE = timedelta(minutes=1)
 
 
 def test_retryable_twice_then_success_is_retried_from_w_plus_1(
-    open_stack: StackFactory, service_name: str
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
 ) -> None:
-    """Issue test 1: two retryable failures, each retried from the window after it."""
+    """Issue test 1: two retryable failures, each retried from the window after it (both
+    commit modes)."""
 
     async def body() -> None:
-        async with open_stack() as stack:
+        async with open_stack(**mode) as stack:
             attempts: list[tuple[int, Any]] = []
 
             async def charge(ctx: StepContext) -> dict[str, Any]:
@@ -205,5 +206,44 @@ def test_virtual_clusters_never_share_directory_partitions(
                 node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
                 seen[name] = (await node.run_pass()).rows
         assert seen == {"cell-1": 2, "cell-2": 3}
+
+    run(body())
+
+
+def test_a_failure_just_before_midnight_is_retried_in_window_0_of_the_next_day(
+    open_stack: StackFactory, service_name: str, mode: dict[str, Any]
+) -> None:
+    """Seed scenario (midnight rollover), both commit modes: a retryable failure at 23:59:30
+    puts its pointer in window 0 of the next day (a new Tier-1 date, a new Tier-2 day), and a
+    pass there resumes the saga; its restore watchdog, released at completion, re-runs
+    nothing."""
+    from stacksaga_store.clock import ManualClock
+
+    async def body() -> None:
+        clock = ManualClock(datetime(2031, 3, 12, 23, 59, 30, tzinfo=UTC))
+        async with open_stack(clock=clock, **mode) as stack:
+            runs: list[datetime] = []
+
+            async def book(ctx: StepContext) -> None:
+                runs.append(clock.now())
+                if len(runs) == 1:
+                    raise RetryableStepError("503")
+
+            saga = Saga("book", (Step("book", book),))
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
+            outcome = await orchestrator.start(saga, {})
+            assert outcome.status is RunningStatus.FAILED_WITH_RETRYABLE_ERROR
+            clock.advance(MINUTE)  # 00:00:30 on the 13th
+            report = await node.run_pass()
+            assert report.dispatched == 1, report
+            view = await orchestrator.read(outcome.transaction_id)
+            assert view.status is RunningStatus.PROCESS_COMPLETED
+            assert [t.date().isoformat() for t in runs] == ["2031-03-12", "2031-03-13"]
+            clock.advance(10 * MINUTE)
+            await node.run_pass()
+            assert len(runs) == 2
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            assert (await dump_directory(stack.runtime, scope)).empty_below_tier2
 
     run(body())

@@ -1,0 +1,1045 @@
+"""The accord commit mode's store: every saga state change is one Accord transaction.
+
+Theory of operation
+-------------------
+In the ``accord`` commit mode the seed's nine tables, in the seed's own keyspace, are written
+only through the Accord sidecars (``accord_cassandra.client``). That is a rule, not a taste:
+a sidecar writes with ``USING TIMESTAMP`` derived from the transaction's executeAt, far above
+any driver timestamp, so a plain write that follows an Accord write of the same cells is lost.
+So in this mode :class:`AccordEventStore`, :class:`AccordProtection` and
+:class:`AccordDirectory` replace every write of :class:`~stacksaga_store.store.events.
+CassandraEventStore`, :class:`~stacksaga_store.store.protection.WriteProtection` and
+:class:`~stacksaga_store.recovery.directory.Directory` (no LWT, no logged batch), and the
+reads that decide something (a transaction's history, a marker before an admin restore, a
+Tier-5 bucket) are Accord reads too: a client hears of a transaction once its outcome is
+chosen, possibly before a replica wrote it to Cassandra, so a plain read could miss it.
+
+*One transaction per state change.* The orchestrator opens a state change
+(``async with store.state_change(label)``) around each change of a saga: start, step outcome,
+completion, freeze/quarantine, unfreeze, restore re-arm. Inside it, every write any
+participant issues (the event store, the recovery writer's directory rows, the marker's
+commit) becomes a :class:`Part` of one :class:`AccordChange`: LET rows, conditions and
+mutations under a per-part name prefix. On a clean exit the change commits as one Accord
+transaction; an exception (or a crash) before that writes nothing. Conditions carry the
+invariants the separate writes needed an order for: the es_transaction row does not exist yet
+(start), the tryout index is free, the marker lease is still ours (STRICT) or no marker was
+committed (RELAXED), the Tier-4 row of a cached bucket still exists. A refused change raises
+:class:`StateChangeConflict` naming the parts whose conditions failed, and nothing of it
+landed.
+
+*Retries.* :class:`AccordGateway` sends a transaction whose outcome is unknown again (to the
+next sidecar). Every change that can be refused carries a condition its own first commit
+makes false, so a second copy is refused: a refused retry whose conditioned parts all
+recognise their own writes in what the transaction read (:attr:`Part.mine`) counts as
+applied.
+
+*Crash injection.* :class:`CommitCrashes` lets tests stop a process just before or just after
+the transaction of a state change with a given label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import importlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, TypeVar
+
+from stacksaga_store.clock import to_utc
+from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
+from stacksaga_store.errors import (
+    InvariantViolation,
+    LeaseBusyError,
+    LeaseFencedError,
+    LeaseLostError,
+    StackSagaError,
+    TransactionHistoryFullError,
+    TransactionNotFoundError,
+    check_state,
+)
+from stacksaga_store.store.cql import CqlSession, Prepared
+from stacksaga_store.store.events import (
+    TRYOUTS_PER_TRANSACTION_MAX,
+    CassandraEventStore,
+    StateWrite,
+    _check_payload,
+)
+from stacksaga_store.store.model import (
+    FrozenRecord,
+    RestorePath,
+    TransactionKey,
+    TransactionRecord,
+    TransactionView,
+)
+from stacksaga_store.store.protection import (
+    _SKIP,
+    TTL_SLACK_SECONDS,
+    GuardOutcome,
+    GuardResult,
+    MarkerKey,
+    MarkerSnapshot,
+    Write,
+    WriteProtection,
+)
+from stacksaga_store.store.states import (
+    FINAL_STATUSES,
+    LEASE_PREFIX,
+    PARKED_STATUSES,
+    ExecutionType,
+    MarkerState,
+    RunningStatus,
+    TryoutRecord,
+    TryoutStatus,
+)
+
+__all__ = [
+    "ACCORD_COMMIT_ATTEMPTS_MAX",
+    "AccordChange",
+    "AccordCommitError",
+    "AccordEventStore",
+    "AccordGateway",
+    "AccordOutcome",
+    "AccordProtection",
+    "CommitCrashes",
+    "Part",
+    "SimulatedCommitCrash",
+    "StateChangeConflict",
+    "after_commit",
+    "current_change",
+    "ms",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ACCORD_COMMIT_ATTEMPTS_MAX = 8
+# Times a refused state change is repaired and sent again (one repair per refused part).
+REPAIRS_MAX = 2
+ACCORD_RETRY_SECONDS = (0.05, 1.0)
+# Rows per Accord slice read: the sidecars' MAX_ROWS_PER_SLICE.
+SLICE_ROWS_MAX = 1000
+TRANSACTION = "es_transaction"
+TRYOUT = "es_transaction_tryout"
+FROZEN = "es_frozen_transaction"
+MARKERS = "es_execution_markers"
+
+
+def sidecar_client() -> Any:
+    """``accord_cassandra.client``, imported on first use of the accord mode.
+
+    Dynamically: the sidecar client (grpc) is only needed in this mode, and its generated
+    gRPC code is untyped, which must not fail ``mypy --strict`` of this package.
+    """
+    return importlib.import_module("accord_cassandra.client")
+
+
+def ms(moment: datetime) -> int:
+    """A ``timestamp`` cell as the sidecars carry it: milliseconds since the epoch."""
+    return (
+        int(moment.timestamp() * 1000)
+        if moment.tzinfo
+        else int(moment.replace(tzinfo=UTC).timestamp() * 1000)
+    )
+
+
+def from_ms(value: object) -> datetime:
+    if not isinstance(value, int):
+        raise InvariantViolation(f"a timestamp cell read back as {value!r}")
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+# -- the gateway ---------------------------------------------------------------------------
+
+
+class AccordCommitError(StackSagaError):
+    """An Accord transaction was refused for good (a bug or a misconfigured sidecar) or did
+    not get an answer after :data:`ACCORD_COMMIT_ATTEMPTS_MAX` attempts."""
+
+    retryable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class AccordOutcome:
+    applied: bool
+    rows: dict[str, dict[str, object] | None]
+    slices: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    attempts: int = 1  # > 1: an earlier copy's outcome was unknown (it may have committed)
+
+
+# Definite refusals that another sidecar, or the same one a moment later, may accept.
+RETRIED_DEFINITE_CODES = ("RESOURCE_EXHAUSTED", "NOT_SENT")
+
+
+class AccordGateway:
+    """The sidecars' client API (``accord_cassandra.client.AsyncClient``) with failover.
+
+    A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED), or that was
+    refused for load (RESOURCE_EXHAUSTED) or never sent (NOT_SENT: the sidecar refused the
+    connection), is sent again, to the next sidecar; :attr:`AccordOutcome.attempts` tells the
+    caller, whose conditions decide whether a refused copy was its own earlier commit.
+    """
+
+    def __init__(
+        self, addresses: Sequence[str], *, token: str | None = None, timeout: float = 15.0
+    ) -> None:
+        check_state(bool(addresses), "the accord commit mode needs at least one sidecar")
+        client_module = sidecar_client()
+        self._error_type: type[Exception] = client_module.TransactionError
+        self._clients = [
+            client_module.AsyncClient(a, token=token, timeout=timeout) for a in addresses
+        ]
+        self._next = 0
+        self.transactions = 0
+        self.retries = 0
+
+    async def transact(self, build: Callable[[], Any]) -> AccordOutcome:
+        """``build()`` returns a fresh ``accord_cassandra.client.Transaction``."""
+        for attempt in range(ACCORD_COMMIT_ATTEMPTS_MAX):
+            client = self._clients[self._next % len(self._clients)]
+            try:
+                result = await client.transact(build())
+            except self._error_type as error:
+                code = getattr(error, "code", "UNKNOWN")
+                if getattr(error, "definite", False) and code not in RETRIED_DEFINITE_CODES:
+                    raise AccordCommitError(f"accord refused the transaction: {error}") from None
+                self.retries += 1
+                self._next += 1
+                delay = min(ACCORD_RETRY_SECONDS[1], ACCORD_RETRY_SECONDS[0] * 2**attempt)
+                logger.info("accord commit retry %d after %s", attempt + 1, code)
+                await asyncio.sleep(delay)
+                continue
+            self.transactions += 1
+            if result.error:
+                raise AccordCommitError(f"accord transaction failed: {result.error}")
+            return AccordOutcome(
+                result.applied, dict(result.rows), dict(result.slices), attempt + 1
+            )
+        raise AccordCommitError(f"no accord outcome after {ACCORD_COMMIT_ATTEMPTS_MAX} attempts")
+
+    async def read(self, build: Callable[[Any], None]) -> AccordOutcome:
+        """A read-only transaction: ``build(txn)`` adds its LETs."""
+
+        def make() -> Any:
+            txn = sidecar_client().Transaction()
+            build(txn)
+            return txn
+
+        return await self.transact(make)
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.close()
+
+
+# -- state changes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One participant's share of a state change.
+
+    ``build(txn, tag)`` adds LETs (named ``tag`` + anything), conditions and mutations;
+    ``mine(outcome, tag)`` says whether the rows the transaction read show this part's own
+    writes (its earlier copy committed); None for a part without conditions.
+    """
+
+    what: str
+    build: Callable[[Any, str], None]
+    mine: Callable[[AccordOutcome, str], bool] | None = None
+    # Called when this part's condition failed: True if it changed what it builds so that
+    # sending the change again may succeed (a cached Tier-4 row that was dropped).
+    repair: Callable[[], bool] | None = None
+    # Did this part's condition hold over what the transaction read? (None: no condition.)
+    held: Callable[[AccordOutcome, str], bool] | None = None
+
+
+class StateChangeConflict(StackSagaError):
+    """A state change's conditions did not hold: nothing of it was written."""
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, label: str, parts: Sequence[str], outcome: AccordOutcome) -> None:
+        super().__init__(f"state change {label!r} refused; its conditions: {', '.join(parts)}")
+        self.label = label
+        self.parts = tuple(parts)
+        self.outcome = outcome
+
+
+class SimulatedCommitCrash(BaseException):
+    """Raised by :class:`CommitCrashes` (a BaseException, like a SIGKILL nothing catches)."""
+
+    def __init__(self, label: str, phase: str) -> None:
+        super().__init__(f"simulated crash {phase} the commit of {label!r}")
+        self.label = label
+        self.phase = phase
+
+
+class CommitCrashes:
+    """Armed ``(label, phase)`` pairs, phase ``before`` or ``after``; each fires once. A
+    label ``step#3`` names the third change labelled ``step`` of this process."""
+
+    PHASES = ("before", "after")
+
+    def __init__(self, *points: tuple[str, str]) -> None:
+        for _, phase in points:
+            check_state(phase in self.PHASES, f"crash phase {phase!r}")
+        self._armed = set(points)
+        self.fired: list[tuple[str, str]] = []
+        self._seen: Counter[str] = Counter()
+
+    def count(self, label: str) -> int:
+        """Called once per commit: the ordinal of this change among its label's."""
+        self._seen[label] += 1
+        return self._seen[label]
+
+    def arm(self, label: str, phase: str) -> None:
+        check_state(phase in self.PHASES, f"crash phase {phase!r}")
+        self._armed.add((label, phase))
+
+    def hit(self, label: str, phase: str, ordinal: int = 0) -> None:
+        for name in (label, f"{label}#{ordinal}"):
+            if (name, phase) in self._armed:
+                self._armed.discard((name, phase))
+                self.fired.append((name, phase))
+                raise SimulatedCommitCrash(name, phase)
+
+
+_CURRENT: contextvars.ContextVar[AccordChange | None] = contextvars.ContextVar(
+    "stacksaga_accord_change", default=None
+)
+
+
+def current_change() -> AccordChange | None:
+    return _CURRENT.get()
+
+
+def after_commit(callback: Callable[[], None]) -> None:
+    """Run ``callback`` once the open state change committed (at once if none is open)."""
+    change = _CURRENT.get()
+    if change is None:
+        callback()
+    else:
+        change.on_commit.append(callback)
+
+
+class AccordChange:
+    """The parts of one state change, committed as one transaction by :meth:`commit`."""
+
+    def __init__(self, gateway: AccordGateway, label: str, crashes: CommitCrashes) -> None:
+        self.gateway = gateway
+        self.label = label
+        self.crashes = crashes
+        self.parts: list[Part] = []
+        self.on_commit: list[Callable[[], None]] = []
+        # Called with the conflict when the change is refused (a cache to forget, say).
+        self.on_refused: list[Callable[[StateChangeConflict], None]] = []
+
+    def add(self, part: Part) -> None:
+        self.parts.append(part)
+
+    def _build(self) -> Any:
+        txn = sidecar_client().Transaction()
+        for index, part in enumerate(self.parts):
+            part.build(txn, f"p{index}_")
+        return txn
+
+    async def commit(self) -> AccordOutcome | None:
+        if not self.parts:
+            return None
+        ordinal = self.crashes.count(self.label)
+        self.crashes.hit(self.label, "before", ordinal)
+        for _ in range(REPAIRS_MAX + 1):
+            outcome = await self.gateway.transact(self._build)
+            if outcome.applied or self._own_retry(outcome):
+                break
+            failing = self._failing(outcome)
+            if not (failing and all(p.repair is not None and p.repair() for p in failing)):
+                break
+        if not outcome.applied and not self._own_retry(outcome):
+            failed = [part.what for part in self._failing(outcome)]
+            conflict = StateChangeConflict(self.label, failed or ["?"], outcome)
+            for refused in self.on_refused:
+                refused(conflict)
+            raise conflict
+        for callback in self.on_commit:
+            callback()
+        self.crashes.hit(self.label, "after", ordinal)
+        return outcome
+
+    def _failing(self, outcome: AccordOutcome) -> list[Part]:
+        return [
+            part
+            for index, part in enumerate(self.parts)
+            if part.held is not None and not part.held(outcome, f"p{index}_")
+        ]
+
+    def _own_retry(self, outcome: AccordOutcome) -> bool:
+        """A refused copy after an unknown outcome: was the earlier copy ours?"""
+        if outcome.attempts <= 1:
+            return False
+        conditioned = [(i, p) for i, p in enumerate(self.parts) if p.mine is not None]
+        return bool(conditioned) and all(
+            p.mine is not None and p.mine(outcome, f"p{i}_") for i, p in conditioned
+        )
+
+
+class ChangeRunner:
+    """Opens state changes and submits parts: joined to the open change, or alone."""
+
+    def __init__(self, gateway: AccordGateway, crashes: CommitCrashes | None = None) -> None:
+        self.gateway = gateway
+        self.crashes = crashes or CommitCrashes()
+
+    @contextlib.asynccontextmanager
+    async def state_change(self, label: str) -> AsyncIterator[AccordChange]:
+        """One Accord transaction for everything submitted inside (joins an open one)."""
+        outer = _CURRENT.get()
+        if outer is not None:
+            yield outer
+            return
+        change = AccordChange(self.gateway, label, self.crashes)
+        token = _CURRENT.set(change)
+        try:
+            yield change
+        finally:
+            _CURRENT.reset(token)
+        await change.commit()
+
+    async def submit(self, part: Part, label: str | None = None) -> AccordOutcome | None:
+        change = _CURRENT.get()
+        if change is not None:
+            change.add(part)
+            return None
+        alone = AccordChange(self.gateway, label or part.what, self.crashes)
+        alone.add(part)
+        return await alone.commit()
+
+    async def now_or_refused(self, part: Part) -> AccordOutcome:
+        """Commit ``part`` alone now, even inside an open change; a refusal is returned, not
+        raised (its rows say why)."""
+        alone = AccordChange(self.gateway, part.what, self.crashes)
+        alone.add(part)
+        try:
+            outcome = await alone.commit()
+        except StateChangeConflict as conflict:
+            return conflict.outcome
+        if outcome is None:
+            raise InvariantViolation("a one-part change has an outcome")
+        return outcome
+
+    async def now(self, part: Part) -> AccordOutcome:
+        """Commit ``part`` on its own now, even inside an open change (a lease acquire, which
+        must precede the step it guards)."""
+        alone = AccordChange(self.gateway, part.what, self.crashes)
+        alone.add(part)
+        outcome = await alone.commit()
+        if outcome is None:
+            raise InvariantViolation("a one-part change has an outcome")
+        return outcome
+
+
+# -- the event store -----------------------------------------------------------------------
+
+_NOT_ACTIVE = tuple(sorted(s.value for s in FINAL_STATUSES | PARKED_STATUSES))
+
+
+class AccordEventStore(CassandraEventStore):
+    """:class:`CassandraEventStore` whose writes and reads are Accord transactions."""
+
+    def __init__(
+        self,
+        cql: CqlSession,
+        keyspace: str,
+        *,
+        gateway: AccordGateway,
+        crashes: CommitCrashes | None = None,
+    ) -> None:
+        super().__init__(cql, keyspace)
+        self.runner = ChangeRunner(gateway, crashes)
+        self.gateway = gateway
+
+    # -- state changes -----------------------------------------------------------------------
+
+    def state_change(self, label: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self.runner.state_change(label)
+
+    @staticmethod
+    def pk(key: TransactionKey) -> list[object]:
+        return [key.region, key.cluster, key.service_name, key.transaction_id]
+
+    def part_for(self, prepared: Prepared, params: Sequence[Any]) -> Part:
+        """The Accord part of a :meth:`state_write` (write protection batches those)."""
+        check_state(prepared is self._statement("state"), f"no accord form of {prepared!r}")
+        status, now, payload, *key_params = params
+        key = TransactionKey(*key_params)
+        return self._state_part(key, RunningStatus(status), payload, now)
+
+    def _state_part(
+        self, key: TransactionKey, status: RunningStatus, payload: bytes, now: datetime
+    ) -> Part:
+        ks, pk = self.keyspace, self.pk(key)
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(
+                ks,
+                TRANSACTION,
+                pk,
+                running_status=status.value,
+                updated_at=ms(now),
+                payload=payload,
+            )
+
+        return Part(f"status {status.value}", build)
+
+    # -- es_transaction ----------------------------------------------------------------------
+
+    async def create(
+        self,
+        key: TransactionKey,
+        *,
+        status: RunningStatus,
+        payload: bytes,
+        now: datetime,
+        restore_path: RestorePath | None,
+    ) -> TransactionRecord:
+        _check_payload(payload)
+        ks, pk, path = self.keyspace, self.pk(key), restore_path
+        columns: dict[str, object] = {
+            "running_status": status.value,
+            "created_at": ms(now),
+            "updated_at": ms(now),
+            "payload": payload,
+        }
+        if path is not None:
+            columns.update(
+                restore_date=path.date_of_year,
+                restore_window=path.window,
+                restore_instance_id=path.instance_id,
+                restore_bucket=path.bucket,
+            )
+
+        def build(txn: Any, tag: str) -> None:
+            row = txn.let(f"{tag}t", ks, TRANSACTION, pk)
+            txn.where(row.is_null())
+            txn.update(ks, TRANSACTION, pk, values=columns)
+
+        def mine(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}t")
+            return (
+                row is not None
+                and row.get("created_at") == ms(now)
+                and bytes(_blob(row.get("payload"))) == payload
+            )
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            return outcome.rows.get(f"{tag}t") is None
+
+        await self.runner.submit(Part("es_transaction absent", build, mine, held=held), "start")
+        return TransactionRecord(key, status, now, now, payload, restore_path)
+
+    def state_write(
+        self, key: TransactionKey, status: RunningStatus, payload: bytes, now: datetime
+    ) -> StateWrite:
+        _check_payload(payload)
+        return StateWrite(self._statement("state"), (status.value, now, payload, *key.params()))
+
+    async def write_state(
+        self, key: TransactionKey, status: RunningStatus, payload: bytes, now: datetime
+    ) -> None:
+        _check_payload(payload)
+        await self.runner.submit(self._state_part(key, status, payload, now))
+
+    async def write_restore_path(
+        self, key: TransactionKey, path: RestorePath, *, expect: RestorePath | None = None
+    ) -> None:
+        """Point es_transaction.restore_* at a new watchdog; with ``expect``, only while the
+        transaction is active and its watchdog is still ``expect`` (a restore re-arm)."""
+        ks, pk = self.keyspace, self.pk(key)
+
+        def build(txn: Any, tag: str) -> None:
+            if expect is not None:
+                row = txn.let(f"{tag}t", ks, TRANSACTION, pk)
+                txn.where(
+                    row["restore_date"] == expect.date_of_year,
+                    row["restore_window"] == expect.window,
+                    row["restore_instance_id"] == expect.instance_id,
+                    row["restore_bucket"] == expect.bucket,
+                    *(row["running_status"] != status for status in _NOT_ACTIVE),
+                )
+            txn.update(
+                ks,
+                TRANSACTION,
+                pk,
+                restore_date=path.date_of_year,
+                restore_window=path.window,
+                restore_instance_id=path.instance_id,
+                restore_bucket=path.bucket,
+            )
+
+        def mine(outcome: AccordOutcome, tag: str) -> bool:
+            return _path(outcome.rows.get(f"{tag}t")) == path
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}t")
+            return (
+                row is not None
+                and _path(row) == expect
+                and str(row.get("running_status")) not in _NOT_ACTIVE
+            )
+
+        await self.runner.submit(
+            Part(
+                "watchdog still the restored one",
+                build,
+                mine if expect else None,
+                held=held if expect else None,
+            ),
+            "rearm",
+        )
+
+    async def read_record(self, key: TransactionKey) -> TransactionRecord | None:
+        ks, pk = self.keyspace, self.pk(key)
+        outcome = await self.gateway.read(lambda txn: txn.let("t", ks, TRANSACTION, pk))
+        row = outcome.rows.get("t")
+        return None if row is None else _record(key, row)
+
+    async def read(self, key: TransactionKey) -> TransactionView:
+        """The transaction, its tryouts and its frozen row in one Accord read (more reads
+        only for a history over :data:`SLICE_ROWS_MAX` tryouts)."""
+        ks, pk = self.keyspace, self.pk(key)
+
+        def build(txn: Any) -> None:
+            txn.let("t", ks, TRANSACTION, pk)
+            txn.let("f", ks, FROZEN, pk)
+            txn.let_slice("h", ks, TRYOUT, pk, column="tryout_index", limit=SLICE_ROWS_MAX)
+
+        outcome = await self.gateway.read(build)
+        row = outcome.rows.get("t")
+        if row is None:
+            raise TransactionNotFoundError(f"no transaction {key}")
+        tryouts = [_tryout(r) for r in outcome.slices.get("h", [])]
+        if len(tryouts) == SLICE_ROWS_MAX:
+            tryouts.extend(await self._tryouts_after(key, tryouts[-1].tryout_index))
+        return TransactionView(
+            record=_record(key, row), tryouts=tuple(tryouts), frozen=_frozen(outcome.rows.get("f"))
+        )
+
+    async def read_tryouts(self, key: TransactionKey) -> tuple[TryoutRecord, ...]:
+        return tuple(await self._tryouts_after(key, None))
+
+    async def _tryouts_after(self, key: TransactionKey, after: int | None) -> list[TryoutRecord]:
+        ks, pk = self.keyspace, self.pk(key)
+        found: list[TryoutRecord] = []
+        while len(found) < TRYOUTS_PER_TRANSACTION_MAX:
+            last = after
+
+            def build(txn: Any, last: int | None = last) -> None:
+                txn.let_slice(
+                    "h", ks, TRYOUT, pk, column="tryout_index", gt=last, limit=SLICE_ROWS_MAX
+                )
+
+            rows = (await self.gateway.read(build)).slices.get("h", [])
+            found.extend(_tryout(r) for r in rows)
+            if len(rows) < SLICE_ROWS_MAX:
+                break
+            after = found[-1].tryout_index
+        return found
+
+    async def read_frozen(self, key: TransactionKey) -> FrozenRecord | None:
+        ks, pk = self.keyspace, self.pk(key)
+        outcome = await self.gateway.read(lambda txn: txn.let("f", ks, FROZEN, pk))
+        return _frozen(outcome.rows.get("f"))
+
+    # -- tryouts -----------------------------------------------------------------------------
+
+    def _tryout_part(
+        self,
+        key: TransactionKey,
+        index: int,
+        executor: str,
+        execution_type: ExecutionType,
+        status: TryoutStatus,
+        now: datetime,
+    ) -> Part:
+        ks, pk = self.keyspace, self.pk(key)
+        wanted = (executor, execution_type.value, status.value, ms(now))
+
+        def build(txn: Any, tag: str) -> None:
+            row = txn.let(f"{tag}o", ks, TRYOUT, pk, (index,))
+            txn.where(row.is_null())
+            txn.update(
+                ks,
+                TRYOUT,
+                pk,
+                (index,),
+                executor=executor,
+                execution_type=execution_type.value,
+                status=status.value,
+                created_at=ms(now),
+            )
+
+        def mine(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}o")
+            return (
+                row is not None
+                and (
+                    row.get("executor"),
+                    row.get("execution_type"),
+                    row.get("status"),
+                    row.get("created_at"),
+                )
+                == wanted
+            )
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            return outcome.rows.get(f"{tag}o") is None
+
+        return Part(f"tryout {index} free", build, mine, held=held)
+
+    async def append_tryout(
+        self,
+        key: TransactionKey,
+        index: int,
+        *,
+        executor: str,
+        execution_type: ExecutionType,
+        status: TryoutStatus,
+        now: datetime,
+    ) -> TryoutRecord:
+        """Inside a state change: the row at ``index``, the change refused if it is taken.
+        Alone: at ``index`` or the next free one (the LWT version's contract)."""
+        stored_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        for _ in range(32):
+            if index >= TRYOUTS_PER_TRANSACTION_MAX:
+                raise TransactionHistoryFullError(
+                    f"{key}: {TRYOUTS_PER_TRANSACTION_MAX} tryouts recorded; no more accepted"
+                )
+            part = self._tryout_part(key, index, executor, execution_type, status, now)
+            try:
+                await self.runner.submit(part, "tryout")
+            except StateChangeConflict:
+                index += 1
+                continue
+            return TryoutRecord(index, executor, execution_type, status, stored_at)
+        raise AccordCommitError(f"{key}: tryout append lost 32 index races")
+
+    # -- es_frozen_transaction ---------------------------------------------------------------
+
+    async def freeze(
+        self,
+        key: TransactionKey,
+        *,
+        status: RunningStatus,
+        payload: bytes,
+        reason: str,
+        now: datetime,
+    ) -> FrozenRecord:
+        check_state(status in PARKED_STATUSES, "not parked")
+        _check_payload(payload)
+        ks, pk = self.keyspace, self.pk(key)
+        state = self._state_part(key, status, payload, now)
+
+        def build(txn: Any, tag: str) -> None:
+            state.build(txn, tag)
+            txn.update(ks, FROZEN, pk, frozen_at=ms(now), reason=reason)
+
+        await self.runner.submit(Part("freeze", build), "freeze")
+        return FrozenRecord(frozen_at=now, reason=reason)
+
+    async def unfreeze(
+        self,
+        key: TransactionKey,
+        *,
+        status: RunningStatus,
+        payload: bytes,
+        now: datetime,
+        restore_path: RestorePath | None = None,
+    ) -> None:
+        _check_payload(payload)
+        ks, pk, path = self.keyspace, self.pk(key), restore_path
+        # One upsert of the row (a transaction mutates a row at most once).
+        columns: dict[str, object] = {
+            "running_status": status.value,
+            "updated_at": ms(now),
+            "payload": payload,
+        }
+        if path is not None:
+            columns.update(
+                restore_date=path.date_of_year,
+                restore_window=path.window,
+                restore_instance_id=path.instance_id,
+                restore_bucket=path.bucket,
+            )
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(ks, TRANSACTION, pk, values=columns)
+            txn.delete(ks, FROZEN, pk)
+
+        await self.runner.submit(Part("unfreeze", build), "unfreeze")
+
+
+def _blob(value: object) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvariantViolation(f"a blob cell read back as {type(value).__name__}")
+
+
+def _path(row: dict[str, object] | None) -> RestorePath | None:
+    if row is None or row.get("restore_date") is None:
+        return None
+    window, bucket = row.get("restore_window"), row.get("restore_bucket")
+    if not (isinstance(window, int) and isinstance(bucket, int)):
+        raise InvariantViolation(f"restore path is not two ints: {window!r}, {bucket!r}")
+    return RestorePath(
+        date_of_year=str(row["restore_date"]),
+        window=window,
+        instance_id=str(row["restore_instance_id"]),
+        bucket=bucket,
+    )
+
+
+def _record(key: TransactionKey, row: dict[str, object]) -> TransactionRecord:
+    return TransactionRecord(
+        key=key,
+        running_status=RunningStatus(str(row["running_status"])),
+        created_at=from_ms(row["created_at"]),
+        updated_at=from_ms(row["updated_at"]),
+        payload=_blob(row.get("payload")),
+        restore_path=_path(row),
+    )
+
+
+def _tryout(row: dict[str, object]) -> TryoutRecord:
+    index = row["tryout_index"]
+    if not isinstance(index, int):
+        raise InvariantViolation(f"tryout_index read back as {index!r}")
+    return TryoutRecord(
+        tryout_index=index,
+        executor=str(row["executor"]),
+        execution_type=ExecutionType(str(row["execution_type"])),
+        status=TryoutStatus(str(row["status"])),
+        created_at=to_utc(from_ms(row["created_at"])),
+    )
+
+
+def _frozen(row: dict[str, object] | None) -> FrozenRecord | None:
+    if row is None:
+        return None
+    return FrozenRecord(frozen_at=from_ms(row["frozen_at"]), reason=str(row["reason"]))
+
+
+def uuid_of(value: object) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+# -- execution markers -----------------------------------------------------------------------
+
+
+class AccordProtection(WriteProtection):
+    """Execution markers through Accord: the STRICT lease is a conditional insert with a TTL
+    (expiry judged as of each transaction's executeAt, so every replica agrees), its commit
+    a conditional update inside the step's state change; RELAXED_WITH_DEDUP commits
+    ``IF`` no marker exists, so of two duplicate runs exactly one records its result."""
+
+    def __init__(
+        self,
+        cql: CqlSession,
+        keyspace: str,
+        *,
+        events: AccordEventStore,
+        lease_waits_max: int = 3,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(cql, keyspace, lease_waits_max=lease_waits_max, sleep=sleep)
+        self.events = events
+        self.runner = events.runner
+
+    @staticmethod
+    def _pk(key: MarkerKey) -> list[object]:
+        return AccordEventStore.pk(key.transaction)
+
+    def _marker_part(
+        self,
+        key: MarkerKey,
+        what: str,
+        *,
+        expect: str | None,
+        write: str | None,
+        ttl: int | None = None,
+    ) -> Part:
+        """``IF marker = expect`` (None: no marker), then ``write`` it (None: delete it)."""
+        ks, pk, step = self.keyspace, self._pk(key), (key.step_id,)
+
+        def build(txn: Any, tag: str) -> None:
+            row = txn.let(f"{tag}m", ks, MARKERS, pk, step)
+            txn.where(row.is_null() if expect is None else row["execution_state"] == expect)
+            if write is None:
+                txn.delete(ks, MARKERS, pk, step)
+            else:
+                txn.update(ks, MARKERS, pk, step, ttl=ttl, execution_state=write)
+
+        def mine(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}m")
+            return (
+                (row is None)
+                if write is None
+                else (row is not None and row.get("execution_state") == write)
+            )
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}m")
+            if expect is None:
+                return row is None
+            return row is not None and row.get("execution_state") == expect
+
+        return Part(what, build, mine, held=held)
+
+    async def _marker(self, key: MarkerKey) -> str | None:
+        ks, pk, step = self.keyspace, self._pk(key), (key.step_id,)
+        outcome = await self.events.gateway.read(lambda txn: txn.let("m", ks, MARKERS, pk, step))
+        row = outcome.rows.get("m")
+        return None if row is None else str(row.get("execution_state"))
+
+    def _result_parts(self, writes: Sequence[Write]) -> list[Part]:
+        return [self.events.part_for(prepared, params) for prepared, params in writes]
+
+    async def reset_failed(self, key: MarkerKey, policy: ProtectionPolicy) -> bool:
+        if await self._marker(key) != MarkerState.FAILED.value:
+            return False
+        failed = MarkerState.FAILED.value
+        await self.runner.submit(
+            self._marker_part(key, "marker still FAILED", expect=failed, write=None)
+        )
+        return True
+
+    async def _run_relaxed(
+        self,
+        key: MarkerKey,
+        action: Callable[[], Awaitable[T]],
+        result_writes: Callable[[T], Sequence[Write]],
+        is_final_failure: Callable[[Exception], bool],
+    ) -> GuardResult[T]:
+        mode = ConsistencyMode.RELAXED_WITH_DEDUP
+        # A plain read: it only saves running a step whose marker is committed; a stale
+        # answer runs a duplicate (the mode's trade-off), whose commit the IF then refuses.
+        rows = await self.cql.execute(self._statement("read"), key.params(), row_limit=1)
+        state = rows[0]["execution_state"] if rows else None
+        final = MarkerSnapshot(state, None).final if state else None
+        if final is not None:
+            return GuardResult(_SKIP[final], None, mode)
+        try:
+            value = await action()
+        except Exception as error:
+            if is_final_failure(error):
+                await self.runner.submit(
+                    self._marker_part(key, "no marker", expect=None, write=MarkerState.FAILED.value)
+                )
+            raise
+        for part in self._result_parts(result_writes(value)):
+            await self.runner.submit(part)
+        await self.runner.submit(
+            self._marker_part(key, "no marker", expect=None, write=MarkerState.COMMITTED.value)
+        )
+        return GuardResult(GuardOutcome.EXECUTED, value, mode)
+
+    async def _run_strict(
+        self,
+        key: MarkerKey,
+        policy: ProtectionPolicy,
+        action: Callable[[], Awaitable[T]],
+        result_writes: Callable[[T], Sequence[Write]],
+        is_final_failure: Callable[[Exception], bool],
+        fence: Callable[[], str | None] | None = None,
+    ) -> GuardResult[T]:
+        mode = ConsistencyMode.STRICT
+        holder_id = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
+        epoch = fence() if fence is not None else None
+        if fence is not None and epoch is None:
+            raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
+        holder = holder_id if epoch is None else f"{holder_id}@{epoch}"
+        final, waits = await self._acquire_accord(key, holder, policy)
+        if final is not None:
+            return GuardResult(_SKIP[final], None, mode, waits)
+        try:
+            value = await action()
+        except Exception as error:
+            if is_final_failure(error):
+                # In the failure's state change: FAILED only while the lease is still ours.
+                await self.runner.submit(
+                    self._marker_part(
+                        key, "lease still ours", expect=holder, write=MarkerState.FAILED.value
+                    )
+                )
+            else:
+                await self._drop_lease(key, holder)
+            raise
+        if fence is not None:
+            now_epoch = fence()
+            if now_epoch != epoch:
+                await self._drop_lease(key, holder)
+                raise LeaseLostError(
+                    f"{key.transaction} step {key.step_id}: the range lease moved while the step "
+                    f"ran (epoch {epoch} -> {now_epoch}); not committed"
+                )
+        for part in self._result_parts(result_writes(value)):
+            await self.runner.submit(part)
+        await self.runner.submit(
+            self._marker_part(
+                key, "lease still ours", expect=holder, write=MarkerState.COMMITTED.value
+            )
+        )
+        return GuardResult(GuardOutcome.EXECUTED, value, mode, waits)
+
+    async def _acquire_accord(
+        self, key: MarkerKey, holder: str, policy: ProtectionPolicy
+    ) -> tuple[MarkerState | None, int]:
+        """(None, waits) once we hold the lease; (final state, waits) if the step is done."""
+        waits = 0
+        lease = self._marker_part(
+            key, "no marker", expect=None, write=holder, ttl=policy.lease_seconds
+        )
+        while True:
+            # Its own transaction, now: the lease must be held before the step runs.
+            outcome = await self.runner.now_or_refused(lease)
+            row = outcome.rows.get("p0_m")
+            if outcome.applied or (row is not None and row.get("execution_state") == holder):
+                return None, waits
+            state = "" if row is None else str(row.get("execution_state"))
+            snapshot = MarkerSnapshot(state, None)
+            if snapshot.final is not None:
+                return snapshot.final, waits
+            if waits >= self.lease_waits_max:
+                raise LeaseBusyError(
+                    f"{key.transaction} step {key.step_id}: lease still held after {waits} waits"
+                )
+            waits += 1
+            # The sidecars do not serve TTL(): wait out a whole lease (seed: "retry after TTL").
+            logger.info(
+                "lease busy: txn=%s step=%s holder=%s wait=%d/%d",
+                key.transaction,
+                key.step_id,
+                state,
+                waits,
+                self.lease_waits_max,
+            )
+            await self._sleep(policy.lease_seconds + TTL_SLACK_SECONDS)
+
+    async def _drop_lease(self, key: MarkerKey, holder: str) -> None:
+        """Best effort, on its own: a lease left behind expires by its TTL."""
+        try:
+            await self.runner.now_or_refused(
+                self._marker_part(key, "lease still ours", expect=holder, write=None)
+            )
+        except StackSagaError as exc:
+            logger.warning(
+                "txn=%s step=%s: lease not dropped (%s)", key.transaction, key.step_id, exc
+            )
