@@ -256,8 +256,9 @@ class PeerSender:
                     await self._stream(batch)
                 except Exception as error:  # noqa: BLE001
                     # grpc can raise its own internal errors (ExecuteBatchError) when the
-                    # peer goes away mid-call; the sender must outlive them, or this peer
-                    # would never hear from this node again.
+                    # peer goes away mid-call, probing or writing; the sender must outlive
+                    # them, or this peer would never hear from this node again. The probe
+                    # is retried with the next batch (_probed is still False).
                     self._end_stream()
                     self._failed(batch, type(error).__name__)
                 finally:
@@ -335,10 +336,6 @@ class PeerSender:
             return False
         except TimeoutError:
             self._failed(batch, "probe timed out")
-            return False
-        except Exception as error:  # noqa: BLE001
-            # A peer that went away mid-probe can surface as grpc's ExecuteBatchError.
-            self._failed(batch, type(error).__name__)
             return False
         self._probed = True
         return True
