@@ -68,8 +68,15 @@ _HEADER = struct.Struct(">IIIQQQI")
 _LENGTH = struct.Struct(">I")
 
 
-def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
-    """HMAC-SHA256 over the batch's canonical encoding (never protobuf's, which is not)."""
+def batch_mac(
+    secret: bytes, batch: peer_pb2.PeerBatch, payloads: Sequence[bytes] | None = None
+) -> bytes:
+    """HMAC-SHA256 over the batch's canonical encoding (never protobuf's, which is not).
+
+    ``payloads``, when given, must be the batch's own payloads: a caller that holds them as
+    a list saves reading each back out of the protobuf (a copy per payload, per read)."""
+    if payloads is None:
+        payloads = batch.payloads
     key_id = batch.key_id.encode()
     parts = [
         DOMAIN,
@@ -83,10 +90,10 @@ def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
             len(key_id),
         ),
         key_id,
-        _LENGTH.pack(len(batch.payloads)),
+        _LENGTH.pack(len(payloads)),
     ]
     pack = _LENGTH.pack
-    for payload in batch.payloads:
+    for payload in payloads:
         parts.append(pack(len(payload)))
         parts.append(payload)
     # One call into C over the joined bytes: a third of the cost of an update per field.
@@ -103,7 +110,13 @@ class BatchStamper:
         # Per destination, so a receiver sees no gaps beyond what is in flight to it.
         self.sequences: dict[int, int] = {}
 
-    def stamp(self, batch: peer_pb2.PeerBatch, destination: int) -> None:
+    def stamp(
+        self,
+        batch: peer_pb2.PeerBatch,
+        destination: int,
+        payloads: Sequence[bytes] | None = None,
+    ) -> None:
+        """Stamp ``batch`` for ``destination``; ``payloads`` as for :func:`batch_mac`."""
         sequence = self.sequences[destination] = self.sequences.get(destination, 0) + 1
         batch.destination = destination
         batch.incarnation = self.incarnation
@@ -111,7 +124,7 @@ class BatchStamper:
         batch.sent_at_micros = int(self.clock() * 1_000_000)
         if self.key is not None:
             batch.key_id = self.key.key_id
-            batch.mac = batch_mac(self.key.secret, batch)
+            batch.mac = batch_mac(self.key.secret, batch, payloads)
 
 
 @dataclass
@@ -205,18 +218,28 @@ class PeerAuthenticator:
         self._logged_at = float("-inf")
         self._unlogged = 0
 
-    def check(self, batch: peer_pb2.PeerBatch, auth_context: Mapping[str, Sequence[bytes]]) -> None:
+    def check(
+        self,
+        batch: peer_pb2.PeerBatch,
+        auth_context: Mapping[str, Sequence[bytes]],
+        payloads: Sequence[bytes] | None = None,
+    ) -> None:
+        """Raise :class:`Refused` unless ``batch`` may be delivered; ``payloads`` as for
+        :func:`batch_mac`."""
         if self.mode == "none":
             return
         try:
-            self._check(batch, auth_context)
+            self._check(batch, auth_context, payloads)
         except Refused as refused:
             self.refused += 1
             self._log(batch.source, refused)
             raise
 
     def _check(
-        self, batch: peer_pb2.PeerBatch, auth_context: Mapping[str, Sequence[bytes]]
+        self,
+        batch: peer_pb2.PeerBatch,
+        auth_context: Mapping[str, Sequence[bytes]],
+        payloads: Sequence[bytes] | None,
     ) -> None:
         if self.mode == "hmac":
             secret = self.keys.get(batch.key_id)
@@ -225,7 +248,7 @@ class PeerAuthenticator:
                     grpc.StatusCode.UNAUTHENTICATED,
                     "no valid key id" if not batch.key_id else "an unknown key id",
                 )
-            if not hmac.compare_digest(batch_mac(secret, batch), batch.mac):
+            if not hmac.compare_digest(batch_mac(secret, batch, payloads), batch.mac):
                 raise Refused(grpc.StatusCode.UNAUTHENTICATED, "a wrong MAC")
         else:
             names = _identities(auth_context)

@@ -83,7 +83,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         node_id: int,
         deliver: Callable[[Envelope], None],
         metrics: TransportMetrics,
-        authenticate: Callable[[peer_pb2.PeerBatch, Mapping[str, Any]], None],
+        authenticate: Callable[[peer_pb2.PeerBatch, Mapping[str, Any], list[bytes]], None],
     ) -> None:
         self.node_id = node_id
         self.deliver = deliver
@@ -144,8 +144,10 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                 )
         if not isinstance(request, peer_pb2.PeerBatch):
             fail("abort() returned after a malformed PeerBatch")
+        # Read out of the protobuf once: the MAC and the decoding below both walk them.
+        payloads = list(request.payloads)
         try:
-            self.authenticate(request, context.auth_context())
+            self.authenticate(request, context.auth_context(), payloads)
         except Refused as refused:
             self.metrics.unauthenticated_batches += 1
             await context.abort(refused.code, f"peer batch refused: {refused.reason}")
@@ -157,7 +159,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
             )
         accepted = 0
         source = request.source
-        for index, payload in enumerate(request.payloads):
+        for index, payload in enumerate(payloads):
             if index % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
             try:
@@ -270,7 +272,7 @@ class PeerSender:
         request = peer_pb2.PeerBatch(
             codec_version=CODEC_VERSION, source=self.node_id, payloads=batch
         )
-        self.stamper.stamp(request, self.peer_id)
+        self.stamper.stamp(request, self.peer_id, batch)
         return request
 
     def _delivered(self, batch: list[bytes]) -> None:
