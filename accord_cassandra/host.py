@@ -224,6 +224,9 @@ class HostMetrics:
     commits: dict[str, int] = field(default_factory=dict)
     commit_latency: Histogram = field(default_factory=commit_latency_histogram)
     data_retries: int = 0
+    # Rows written by a replica that is not the transaction's writer under shared storage,
+    # because the writer said nothing within the recover delay (a second write by design).
+    takeover_writes: int = 0
     batches: int = 0
     refused: int = 0
 
@@ -503,9 +506,19 @@ class SidecarHost:
             if self._tails.get(key) is task:
                 del self._tails[key]
 
+    def _takes_over(self, txn_id: Timestamp) -> bool:
+        """Whether this replica writes ``txn_id`` only because it took over from the writer."""
+        store = self.node.store
+        command = store.commands.get(txn_id)
+        if command is None or not command.take_over or command.txn is None:
+            return False
+        shards = store.topology.shards_for(store.owned_keys(command.txn.keys))
+        return not any(store.writer_of(txn_id, shard.replicas) == store.node_id for shard in shards)
+
     async def _run_data(self, previous: list[asyncio.Task[None]], op: DataRead | DataWrite) -> None:
         if previous:
             await asyncio.gather(*previous, return_exceptions=True)
+        takeover = isinstance(op, DataWrite) and self._takes_over(op.txn_id)
         delay = 0.01
         while True:
             try:
@@ -515,6 +528,8 @@ class SidecarHost:
                 else:
                     if op.writes:
                         await self.store.write(op.writes, op.execute_at)
+                        if takeover:
+                            self.metrics.takeover_writes += len(op.writes)
                     self.node.write_done(op.txn_id)
                 self._wake.set()
                 return

@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from accord.api import AsyncJournal, CommandSnapshot, Durable, HlcFloor, JournalRecord
@@ -68,10 +70,14 @@ class FileJournal:
         self.syncs = 0
         self.sync_seconds = 0.0
         self.appended = 0
-        # Appends run one at a time (the host awaits each) on a thread of their own: the
-        # fsync must not block the event loop, and the default executor's submit (context
-        # copy, thread-count checks) showed in a saturated sidecar's profile.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        # Appends run in order on a thread of their own (the host awaits each): the fsync
+        # must not block the event loop. A bare queue and a future the thread settles, not
+        # an executor: the default one's submit (context copy, thread-count checks) showed
+        # in a saturated sidecar's profile, and a ThreadPoolExecutor's per-call future
+        # (a Condition, its chaining to an asyncio future) cost more than the handoff.
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ replay
 
@@ -178,17 +184,54 @@ class FileJournal:
         self.appended += len(records)
 
     async def append(self, records: Sequence[JournalRecord]) -> None:
-        if records:
-            await asyncio.get_running_loop().run_in_executor(
-                self._writer, self.append_sync, records
-            )
+        """Write ``records`` and return once they are durable (raising what the write
+        raised). A caller cancelled while it waits does not stop the write."""
+        if not records:
+            return
+        if self._closed:
+            raise RuntimeError(f"{self.path}: the journal is closed")
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="journal", daemon=True)
+            self._writer.start()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._requests.put(_Request(records, done, loop))
+        await done
+
+    def _write_loop(self) -> None:
+        while (request := self._requests.get()) is not None:
+            try:
+                self.append_sync(request.records)
+            except BaseException as error:  # noqa: BLE001 - handed to the awaiting caller
+                request.loop.call_soon_threadsafe(_settle, request.done, error)
+            else:
+                request.loop.call_soon_threadsafe(_settle, request.done, None)
 
     def replay(self) -> list[JournalRecord]:
         return list(self.records)
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        self._closed = True
+        if self._writer is not None:
+            self._requests.put(None)  # after every append already queued
+            self._writer.join()
         self._file.close()
+
+
+@dataclass(frozen=True)
+class _Request:
+    records: Sequence[JournalRecord]
+    done: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
+    if done.done():  # its caller was cancelled; the write still happened (or failed)
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
 
 
 # The sidecar's journal is the awaited form of accord.api's Journal (checked by mypy).

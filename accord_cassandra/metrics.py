@@ -83,6 +83,11 @@ class SidecarCollector(Collector):
             "Row writes the data store executed (Cassandra statements, or memory cells)",
             host.store.writes_executed,
         )
+        yield _counter(
+            "accord_store_takeover_writes",
+            "Of those, rows written because the shared store's writer was silent (a takeover)",
+            host.metrics.takeover_writes,
+        )
         yield _gauge(
             "accord_pending_clients", "Client transactions in flight", host.pending_clients()
         )

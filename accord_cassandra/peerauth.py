@@ -21,6 +21,8 @@ window ago (or that far in the future) is refused, and within the window every
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -29,7 +31,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import grpc
 
@@ -68,8 +70,15 @@ _HEADER = struct.Struct(">IIIQQQI")
 _LENGTH = struct.Struct(">I")
 
 
-def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
-    """HMAC-SHA256 over the batch's canonical encoding (never protobuf's, which is not)."""
+def batch_mac(
+    secret: bytes, batch: peer_pb2.PeerBatch, payloads: Sequence[bytes] | None = None
+) -> bytes:
+    """HMAC-SHA256 over the batch's canonical encoding (never protobuf's, which is not).
+
+    ``payloads``, when given, must be the batch's own payloads: a caller that holds them as
+    a list saves reading each back out of the protobuf (a copy per payload, per read)."""
+    if payloads is None:
+        payloads = batch.payloads
     key_id = batch.key_id.encode()
     parts = [
         DOMAIN,
@@ -83,14 +92,40 @@ def batch_mac(secret: bytes, batch: peer_pb2.PeerBatch) -> bytes:
             len(key_id),
         ),
         key_id,
-        _LENGTH.pack(len(batch.payloads)),
+        _LENGTH.pack(len(payloads)),
     ]
     pack = _LENGTH.pack
-    for payload in batch.payloads:
+    for payload in payloads:
         parts.append(pack(len(payload)))
         parts.append(payload)
-    # One call into C over the joined bytes: a third of the cost of an update per field.
-    return hmac.digest(secret, b"".join(parts), "sha256")
+    # One pass over the joined bytes: a third of the cost of an update per field.
+    return _hmac_sha256(secret, b"".join(parts))
+
+
+_BLOCK = 64  # SHA-256's block size, HMAC's key length
+
+
+@functools.lru_cache(maxsize=16)
+def _pads(secret: bytes) -> tuple[Any, Any]:
+    """SHA-256 states with the secret's inner and outer pads already absorbed (RFC 2104)."""
+    key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+    key = key.ljust(_BLOCK, b"\0")
+    return (
+        hashlib.sha256(bytes(b ^ 0x36 for b in key)),
+        hashlib.sha256(bytes(b ^ 0x5C for b in key)),
+    )
+
+
+def _hmac_sha256(secret: bytes, message: bytes) -> bytes:
+    """``hmac.digest(secret, message, "sha256")``, from states that already hold the pads:
+    the one-shot call sets up a new MAC (digest lookup, key schedule) for every batch, which
+    cost 2-5x the hashing of a batch (and far more on a loaded machine)."""
+    inner_pad, outer_pad = _pads(secret)
+    inner = inner_pad.copy()
+    inner.update(message)
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    return bytes(outer.digest())
 
 
 class BatchStamper:
@@ -103,7 +138,13 @@ class BatchStamper:
         # Per destination, so a receiver sees no gaps beyond what is in flight to it.
         self.sequences: dict[int, int] = {}
 
-    def stamp(self, batch: peer_pb2.PeerBatch, destination: int) -> None:
+    def stamp(
+        self,
+        batch: peer_pb2.PeerBatch,
+        destination: int,
+        payloads: Sequence[bytes] | None = None,
+    ) -> None:
+        """Stamp ``batch`` for ``destination``; ``payloads`` as for :func:`batch_mac`."""
         sequence = self.sequences[destination] = self.sequences.get(destination, 0) + 1
         batch.destination = destination
         batch.incarnation = self.incarnation
@@ -111,7 +152,7 @@ class BatchStamper:
         batch.sent_at_micros = int(self.clock() * 1_000_000)
         if self.key is not None:
             batch.key_id = self.key.key_id
-            batch.mac = batch_mac(self.key.secret, batch)
+            batch.mac = batch_mac(self.key.secret, batch, payloads)
 
 
 @dataclass
@@ -205,18 +246,28 @@ class PeerAuthenticator:
         self._logged_at = float("-inf")
         self._unlogged = 0
 
-    def check(self, batch: peer_pb2.PeerBatch, auth_context: Mapping[str, Sequence[bytes]]) -> None:
+    def check(
+        self,
+        batch: peer_pb2.PeerBatch,
+        auth_context: Mapping[str, Sequence[bytes]],
+        payloads: Sequence[bytes] | None = None,
+    ) -> None:
+        """Raise :class:`Refused` unless ``batch`` may be delivered; ``payloads`` as for
+        :func:`batch_mac`."""
         if self.mode == "none":
             return
         try:
-            self._check(batch, auth_context)
+            self._check(batch, auth_context, payloads)
         except Refused as refused:
             self.refused += 1
             self._log(batch.source, refused)
             raise
 
     def _check(
-        self, batch: peer_pb2.PeerBatch, auth_context: Mapping[str, Sequence[bytes]]
+        self,
+        batch: peer_pb2.PeerBatch,
+        auth_context: Mapping[str, Sequence[bytes]],
+        payloads: Sequence[bytes] | None,
     ) -> None:
         if self.mode == "hmac":
             secret = self.keys.get(batch.key_id)
@@ -225,7 +276,7 @@ class PeerAuthenticator:
                     grpc.StatusCode.UNAUTHENTICATED,
                     "no valid key id" if not batch.key_id else "an unknown key id",
                 )
-            if not hmac.compare_digest(batch_mac(secret, batch), batch.mac):
+            if not hmac.compare_digest(batch_mac(secret, batch, payloads), batch.mac):
                 raise Refused(grpc.StatusCode.UNAUTHENTICATED, "a wrong MAC")
         else:
             names = _identities(auth_context)

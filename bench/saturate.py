@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pstats
 import random
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from accord_cassandra.client import AsyncClient, TransactionError
 from accord_cassandra.cluster import metrics_of
 from bench.clusters import DDL_TIMEOUT, BenchSidecars, bench_cassandra
 from bench.lwt import schema
+from bench.profiling import sidecar_profile, top_lines
 from bench.report import note
 from bench.throughput import _settled_store_writes
 from bench.wan import percentiles
@@ -44,7 +46,7 @@ from bench.workload import (
     preload,
 )
 
-CODEC_FILE = "accord/codec.py"
+CODEC_FILE = "accord/codec/"
 PER_TXN = (
     "peer_messages_sent",
     "peer_batches_sent",
@@ -214,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="sidecars' timing.recover_delay_percentile (adaptive; 0: the default)",
     )
+    parser.add_argument(
+        "--cprofile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the sidecars under cProfile and print their top N entries by own time "
+        "(the whole run, preload and warm-up included; slower than unprofiled)",
+    )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     args = parser.parse_args(argv)
     if args.py_spy:
@@ -249,11 +259,20 @@ def main(argv: list[str] | None = None) -> int:
                         "keyspaces": [keyspace],
                     },
                     extra={"timing": timing},
+                    profile=bool(args.cprofile),
                 )
                 started = time.monotonic()
                 with sidecars:
                     note(f"sidecars up in {time.monotonic() - started:.1f} s")
                     asyncio.run(_run(args, sidecars, keyspace))
+                if args.cprofile:
+                    paths = [sidecars.profile_path(node) for node in sidecars.sidecars]
+                    print("\n".join(sidecar_profile(paths, entries=args.cprofile)))
+                    present = [str(path) for path in paths if path.exists()]
+                    if present:
+                        stats = pstats.Stats(*present)
+                        print("by cumulative time:")
+                        print("\n".join(top_lines(stats, sort="cumtime", entries=args.cprofile)))
             session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DDL_TIMEOUT)
         finally:
             driver.shutdown()

@@ -31,7 +31,11 @@ statements their data stores executed), summed over the sidecars from the start 
 until it stops growing after the run (replicas apply after the client hears the outcome),
 divided by the rows the run's applied transactions wrote (1 per conditional set, 2 per
 transfer). Each write statement goes to Cassandra at the configured CL, so this is the
-count of client-request writes Cassandra serves for one row written through Accord.
+count of client-request writes Cassandra serves for one row written through Accord. The
+target "= 1" is reported twice: as measured, every write counted, and apart from takeover
+writes (``accord_store_takeover_writes_total``: rows a replica wrote because the shared
+store's writer said nothing within the recover delay, a second write by design), with their
+number, so that a handful of takeovers shows as such instead of as a miss of the target.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ PARITY_RATIO = 1.0
 # Rows an applied transaction of each Accord workload writes.
 ROWS_PER_OP = {ACCORD_SET: 1, ACCORD_TRANSFER: 2, ACCORD_HOT_ZIPF: 1, ACCORD_HOT_ONE: 1}
 STORE_WRITES = "accord_store_writes_total"
+TAKEOVER_WRITES = "accord_store_takeover_writes_total"
 
 
 def run(*, quick: bool, profile: bool) -> dict[str, Any]:
@@ -211,6 +216,7 @@ async def _measure(
                     note(f"[{done}/{total}] {name}, {inflight} in flight")
                     # Settled first: the replicas may still apply the previous run's writes.
                     writes_before = await _settled_store_writes(metrics)
+                    takeovers_before = await _takeover_writes(metrics)
                     result, cpu = await _timed(
                         operations[name],
                         inflight,
@@ -223,6 +229,9 @@ async def _measure(
                         writes = await _settled_store_writes(metrics) - writes_before
                         rows = result.applied * ROWS_PER_OP[name]
                         summary["cassandra_writes"] = writes
+                        summary["takeover_writes"] = (
+                            await _takeover_writes(metrics) - takeovers_before
+                        )
                         summary["accord_row_writes"] = rows
                         summary["cassandra_writes_per_row_write"] = (
                             round(writes / rows, 3) if rows else None
@@ -285,6 +294,11 @@ def _operations(
         ACCORD_HOT_ONE: accord_one,
         LWT_HOT_ONE: lwt_one,
     }
+
+
+async def _takeover_writes(addresses: list[str]) -> int:
+    figures = await asyncio.gather(*(asyncio.to_thread(metrics_of, a) for a in addresses))
+    return int(sum(f.get(TAKEOVER_WRITES, 0.0) for f in figures))
 
 
 async def _store_writes(addresses: list[str]) -> int:
@@ -473,6 +487,17 @@ def _figures(
             "measured": _writes_per_row(runs)[ACCORD_SET],
             "met": _writes_per_row(runs)[ACCORD_SET] == 1.0,
         },
+        {
+            # The same target with takeovers set apart, each counted by the sidecar that
+            # wrote it: a replica writes a second time, by design, when the writer said
+            # nothing within the recover delay, so a slow writer costs a write and never
+            # availability. The row above counts them; this one says whether any other
+            # write is redundant, and how many takeovers there were.
+            "target": "Cassandra writes per Accord row write = 1 apart from counted "
+            "takeover writes (single-partition conditional set)",
+            "measured": _takeovers(runs, ACCORD_SET),
+            "met": _takeovers(runs, ACCORD_SET)["writes_per_row_without_takeovers"] == 1.0,
+        },
         *(
             {
                 "target": f"hot keys ({shape}): Accord >= {TARGET_RATIO} x LWT throughput "
@@ -611,3 +636,17 @@ def _writes_per_row(runs: list[dict[str, Any]]) -> dict[str, float | None]:
         rows = sum(r.get("accord_row_writes", 0) for r in runs if r["workload"] == name)
         out[name] = round(writes / rows, 3) if rows else None
     return out
+
+
+def _takeovers(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Over all runs of ``name``: takeover writes, and writes per row without them."""
+    mine = [r for r in runs if r["workload"] == name]
+    writes = sum(r.get("cassandra_writes", 0) for r in mine)
+    takeovers = sum(r.get("takeover_writes", 0) for r in mine)
+    rows = sum(r.get("accord_row_writes", 0) for r in mine)
+    return {
+        "row_writes": rows,
+        "cassandra_writes": writes,
+        "takeover_writes": takeovers,
+        "writes_per_row_without_takeovers": round((writes - takeovers) / rows, 3) if rows else None,
+    }

@@ -253,3 +253,32 @@ def test_a_file_that_is_not_a_journal_is_not_dropped_silently(
     journal.close()
     assert journal.records == [] and journal.truncated_bytes == 4096
     assert [r.getMessage() for r in caplog.records if "dropping 4096 bytes" in r.getMessage()]
+
+
+def test_an_awaited_append_is_on_disk_in_order_and_a_failed_one_raises(tmp_path: Path) -> None:
+    """The event loop's append returns only after the writer thread wrote the records,
+    appends land in the order they were awaited, a write that fails raises in the caller,
+    and a closed journal refuses appends."""
+
+    async def scenario() -> None:
+        journal = open_journal(tmp_path)
+        written = [snapshot(hlc) for hlc in range(1, 6)]
+        for record in written:
+            await journal.append([record])
+            # Durable (here: written, fsync off) before the await returned.
+            assert journal.appended == written.index(record) + 1
+        # The caller's own thread never wrote: the writer thread did.
+        assert journal._writer is not None and journal._writer.is_alive()
+
+        def failing(records: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        journal.append_sync = failing  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="No space"):
+            await journal.append([snapshot(9)])
+        journal.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await journal.append([snapshot(10)])
+        assert replay_of(tmp_path) == written
+
+    asyncio.run(scenario())

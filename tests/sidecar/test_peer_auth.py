@@ -537,3 +537,36 @@ def test_a_sidecar_refuses_to_start_beyond_loopback_without_peer_auth(tmp_path: 
     assert done.returncode == 2, done.stderr
     assert "peer_auth: none" in done.stderr and "allow_insecure_peers" in done.stderr
     assert not (tmp_path / "journal").exists()  # refused before it touched anything
+
+
+# What batch_mac gave for one batch before its HMAC was computed from precomputed pads
+# (then hmac.digest): a peer on either version must accept the other's batches.
+GOLDEN_MACS = {
+    b"s" * 32: "b05a391cd8412f0a58e3dfa0a0ab3dcc0187e27ce91c07113b9616926d523747",
+    b"": "a7bdfab118bbf09c3f3a7183682520ce3d8798642aea5c3cc8b8ac73b03be3e4",
+    b"L" * 100: "93ae00ea4f054a40d1e7e3a4c1385684d066db7a6232844ac72a42df07dfe464",
+}
+
+
+def test_the_batch_mac_is_standard_hmac_sha256_and_unchanged() -> None:
+    import hmac
+
+    from accord_cassandra.peerauth import _hmac_sha256, batch_mac
+
+    for size in (0, 1, 32, 63, 64, 65, 200):  # around SHA-256's 64-byte block
+        secret = bytes(range(size % 256))[:size] if size < 256 else os.urandom(size)
+        for message in (b"", b"m", os.urandom(64), os.urandom(3000)):
+            assert _hmac_sha256(secret, message) == hmac.digest(secret, message, "sha256")
+    batch = peer_pb2.PeerBatch(
+        codec_version=3,
+        source=2,
+        destination=1,
+        incarnation=77,
+        sequence=5,
+        sent_at_micros=1_800_000_000_000_000,
+        key_id="k1",
+        payloads=[b"one", b"", b"x" * 300],
+    )
+    for secret, mac in GOLDEN_MACS.items():
+        assert batch_mac(secret, batch).hex() == mac
+        assert batch_mac(secret, batch, list(batch.payloads)).hex() == mac

@@ -3,6 +3,8 @@ remembered key must never let through a forged key of the same partition name.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from accord.messages import Apply, Envelope
@@ -11,6 +13,7 @@ from accord.primitives import (
     Const,
     Deps,
     Key,
+    MakeTuple,
     Put,
     Route,
     Timestamp,
@@ -19,6 +22,7 @@ from accord.primitives import (
     Update,
     WriteOp,
 )
+from accord_cassandra import server
 from accord_cassandra.schema import Catalog
 from accord_cassandra.server import KNOWN_KEYS_MAX, peer_data_check
 from tests.sidecar.conftest import EMBEDDED_TABLES
@@ -27,9 +31,16 @@ CATALOG = Catalog.from_mapping(EMBEDDED_TABLES)
 ACCOUNTS = CATALOG.table("bank", "accounts")
 
 
-def apply_of(key: Key) -> Envelope:
-    txn = Txn(reads=(key,), update=Update((Put(key, Const((1, 0))),)))
-    txn_id = Timestamp(1, 1_800_000_000_000_000, 1, 2)
+TXN_ID = Timestamp(1, 1_800_000_000_000_000, 1, 2)
+
+
+def row_txn(key: Key, balance: object) -> Txn:
+    return Txn(reads=(key,), update=Update((Put(key, MakeTuple((Const(balance), Const(0)))),)))
+
+
+def apply_of(key: Key, txn: Txn | None = None) -> Envelope:
+    txn = txn or Txn(reads=(key,), update=Update((Put(key, Const((1, 0))),)))
+    txn_id = TXN_ID
     body = Apply(
         1,
         txn_id,
@@ -61,3 +72,32 @@ def test_the_memory_of_good_keys_is_bounded_and_still_checks() -> None:
     forged = ACCOUNTS.key(["k1"])._replace(token=0)
     with pytest.raises(InvalidMessage):
         check(apply_of(forged))
+
+
+def test_a_txn_the_node_holds_is_not_checked_again_but_a_different_one_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = ACCOUNTS.key(["alice"])
+    good = row_txn(key, 5)
+    held: dict[Any, Txn] = {TXN_ID: good}
+    check = server.peer_data_check(CATALOG, held.get)
+    check(apply_of(key, good))
+    # Same id, a row the table cannot take: checked in full, refused.
+    with pytest.raises(InvalidMessage, match="balance"):
+        check(apply_of(key, row_txn(key, "not a number")))
+    # An equal txn (another object, as decoded from another message) is not type-checked
+    # again: a check that would now fail is never reached.
+    calls: list[str] = []
+
+    def failing(name: str, *args: object, **kwargs: object) -> None:
+        calls.append(name)
+        raise server.SchemaError(f"{name}: checked again")
+
+    monkeypatch.setattr(server, "check_type", failing)
+    check(apply_of(key, row_txn(key, 5)))
+    assert calls == []
+    # Without the node holding it, the same txn is checked (and the failing check seen).
+    held.clear()
+    with pytest.raises(InvalidMessage, match="checked again"):
+        check(apply_of(key, row_txn(key, 5)))
+    assert calls

@@ -107,3 +107,88 @@ def test_the_planted_early_write_applies_the_transfer_twice(tmp_path: Path) -> N
     stored, outcome, early = run(tmp_path, Bugs(write_before_durable=True))
     assert early
     assert stored == (7,) and outcome == (7, 7)
+
+
+def takeovers(tmp_path: Path, *, silent_writer: bool) -> dict[int, tuple[int, int]]:
+    """Per host, (rows it wrote, of those counted as takeover writes) once every host
+    applied one transaction coordinated (and so written) by node 1; with
+    ``silent_writer``, node 1's word that it wrote never reaches the others."""
+
+    async def scenario() -> dict[int, tuple[int, int]]:
+        loop = asyncio.get_running_loop()
+        topology = ring_topology([1, 2, 3], 3, shards_per_node=1)
+        store = MemoryDataStore()
+        hosts: dict[int, SidecarHost] = {}
+        config = NodeConfig(
+            retry_micros=50_000,
+            recover_delay_micros=200_000,
+            recover_delay_other_micros=200_000,
+            shared_storage=True,
+        )
+
+        def send(envelope: Envelope) -> None:
+            if silent_writer and envelope.src == 1 and isinstance(envelope.body, OutcomeDurable):
+                return
+            loop.call_soon(hosts[envelope.dest].deliver, envelope)
+
+        counts: dict[int, int] = {}
+        for node_id in (1, 2, 3):
+            node_store = CountingStore(store, counts, node_id)
+            hosts[node_id] = SidecarHost(
+                node_id,
+                topology,
+                FileJournal(tmp_path / f"t{int(silent_writer)}-{node_id}", fsync=False),
+                node_store,  # type: ignore[arg-type]
+                send=send,
+                config=config,
+            )
+            hosts[node_id].start()
+        await hosts[1].submit(ADD, timeout=60)
+        txn_id = next(iter(hosts[1].node.store.commands))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            commands = [hosts[n].node.store.commands.get(txn_id) for n in (1, 2, 3)]
+            if all(c is not None and c.status is Status.APPLIED for c in commands):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the hosts never all applied the transaction")
+        for host in hosts.values():
+            await host.stop()
+        return {n: (counts.get(n, 0), hosts[n].metrics.takeover_writes) for n in hosts}
+
+    return asyncio.run(scenario())
+
+
+class CountingStore:
+    """One host's view of the shared store, counting the rows that host wrote."""
+
+    def __init__(self, store: MemoryDataStore, counts: dict[int, int], node_id: int) -> None:
+        self.store = store
+        self.counts = counts
+        self.node_id = node_id
+        self.writes_executed = 0
+
+    async def read(self, selections: object, execute_at: object) -> object:
+        return await self.store.read(selections, execute_at)  # type: ignore[arg-type]
+
+    async def write(self, writes: tuple[object, ...], execute_at: object) -> None:
+        await self.store.write(writes, execute_at)  # type: ignore[arg-type]
+        self.counts[self.node_id] = self.counts.get(self.node_id, 0) + len(writes)
+        self.writes_executed += len(writes)
+
+    async def close(self) -> None:
+        pass
+
+
+def test_only_the_writer_writes_and_no_write_counts_as_a_takeover(tmp_path: Path) -> None:
+    assert takeovers(tmp_path, silent_writer=False) == {1: (1, 0), 2: (0, 0), 3: (0, 0)}
+
+
+def test_rows_written_for_a_silent_writer_count_as_takeover_writes(tmp_path: Path) -> None:
+    counts = takeovers(tmp_path, silent_writer=True)
+    assert counts[1] == (1, 0), "the writer's own write is no takeover"
+    taken = [n for n in (2, 3) if counts[n][0]]
+    assert taken, counts
+    for n in (2, 3):
+        assert counts[n][0] == counts[n][1], f"node {n}: every row it wrote was a takeover"

@@ -185,3 +185,76 @@ async def _receiver_restart() -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_the_stream_is_reopened_after_the_receiver_restarts() -> None:
     asyncio.run(_receiver_restart())
+
+
+class _GrpcInternalError(Exception):
+    """What grpc raises from deep inside a call when the peer goes away mid-call
+    (``ExecuteBatchError``): no ``AioRpcError``, nothing the sender names."""
+
+
+class _FailingCall:
+    """A real stream call whose first step (``write`` or ``done_writing``) raises."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    async def write(self, request: object) -> None:
+        raise _GrpcInternalError("write")
+
+    async def done_writing(self) -> None:
+        raise _GrpcInternalError("done_writing")
+
+    def done(self) -> bool:
+        return bool(self.call.done())
+
+    def cancel(self) -> bool:
+        return bool(self.call.cancel())
+
+
+class _FlakyStub:
+    """The sender's stub, failing its next ``Stream`` calls as scripted: "open" raises at
+    once, "midway" returns a call whose first step raises."""
+
+    def __init__(self, real: Any, script: list[str]) -> None:
+        self.real = real
+        self.script = script
+        self.Deliver = real.Deliver
+
+    def Stream(self) -> Any:
+        step = self.script.pop(0) if self.script else "ok"
+        if step == "open":
+            raise _GrpcInternalError("open")
+        call = self.real.Stream()
+        return _FailingCall(call) if step == "midway" else call
+
+
+async def _survives_grpc_internal_errors() -> None:
+    receiver = Receiver(stream=True)
+    await receiver.start()
+    sender = await sender_to(receiver)
+    # Probe opened: raises; probe mid-call: raises; probe ok; first write on the stream:
+    # raises; then every call is real.
+    stub = _FlakyStub(sender.stub, ["open", "midway", "ok", "midway"])
+    sender.stub = stub  # type: ignore[assignment]
+    try:
+        for i in range(200):
+            if receiver.delivered:
+                break
+            sender.send(message(i))
+            await asyncio.sleep(0.05)
+        await until(lambda: bool(receiver.delivered))
+        assert not stub.script, "every scripted failure was met"
+        assert sender.task is not None and not sender.task.done(), "the sender lives on"
+        assert sender.metrics.failed_batches >= 3
+        # And it keeps delivering on the stream it opened after the failures.
+        sent = sender.metrics.sent
+        sender.send(message(1000))
+        await until(lambda: sender.metrics.sent > sent)
+        assert receiver.delivered[-1].body.cid == 1000
+    finally:
+        await sender.close()
+        await receiver.stop()
+
+
+def test_the_sender_survives_grpc_internal_errors_probing_and_writing() -> None:
+    asyncio.run(_survives_grpc_internal_errors())
