@@ -114,6 +114,8 @@ async def _run(settings: StackSagaSettings, driver_config: DriverConfig, deadlin
             await asyncio.sleep(0.3)
             view = await orchestrator.read(txn)
         await asyncio.sleep(1.0)  # let the last outcomes print
+        # The final status is written with the last step, its tryout row right after.
+        view = await orchestrator.read(txn)
         print(f"\ntransaction {txn}: {view.status.value}")
         for tryout in view.tryouts:
             print(f"  #{tryout.tryout_index} {tryout.executor:<14} {tryout.status.value}")
@@ -159,7 +161,9 @@ def main(*, seconds: float = 120.0) -> int:
             finally:
                 db.shutdown()
             print(f"both up after {time.monotonic() - started:.1f} s\n")
-            return asyncio.run(_run(settings, driver_config, time.monotonic() + seconds))
+            code = asyncio.run(_run(settings, driver_config, time.monotonic() + seconds))
+            print(f"demo took {time.monotonic() - started:.1f} s in all")
+            return code
         finally:
             cluster.stop(clean=True)
             kafka.stop(clean=True)
