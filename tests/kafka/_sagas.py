@@ -7,6 +7,7 @@ and the rows' write times say when, relative to the step's execution marker.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -24,7 +25,8 @@ EFFECTS_DDL = (
 
 async def order_saga(cql: CqlSession, keyspace: str, *, name: str, domain: str) -> Saga:
     """reserve (undo: release) -> charge (undo: refund) -> notify. ``fail_at`` in the
-    aggregate names a step whose logic fails permanently, which turns the saga around."""
+    aggregate names a step whose logic fails permanently, which turns the saga around;
+    ``hold`` is how long each step's logic takes."""
     insert = await cql.prepare(
         f"INSERT INTO {keyspace}.kafka_effects (transaction_id, step, run, worker) "
         "VALUES (?, ?, now(), ?)",
@@ -35,6 +37,8 @@ async def order_saga(cql: CqlSession, keyspace: str, *, name: str, domain: str) 
     def logic(label: str) -> Any:
         async def run(ctx: StepContext) -> dict[str, Any]:
             await cql.execute(insert, [ctx.transaction_id, label, str(os.getpid())])
+            # "hold": seconds the logic takes, to keep steps in flight across a rebalance.
+            await asyncio.sleep(float(ctx.aggregate.get("hold", 0)))
             if ctx.aggregate.get("fail_at") == label:
                 raise NonRetryableStepError(f"{label} refused")
             return {f"{label}_by": os.getpid()}

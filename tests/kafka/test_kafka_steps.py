@@ -341,3 +341,67 @@ def test_poison_events_go_to_the_dead_letter_topic_and_the_partition_keeps_flowi
             await runtime.close()
 
     run(body())
+
+
+def test_rebalance_under_load_every_saga_completes_once(
+    kafka_overrides: Callable[..., dict[str, Any]],
+    driver_config: DriverConfig,
+) -> None:
+    """20 STRICT sagas with slow steps on two workers; a third worker joins mid-run, then
+    one of the first two leaves. Every saga completes and every step's logic ran once; one
+    saga is turned around (fail_at) so compensations flow through Kafka too."""
+
+    async def body() -> None:
+        runtime, sagas, orchestrator = await _setup(kafka_overrides(), driver_config)
+        kafka = runtime.settings.kafka
+        saga = sagas["STRICT"]
+        publisher = StepPublisher(orchestrator, kafka)
+        await publisher.start()
+        workers = [StepWorker(orchestrator, kafka, name=f"w{i}") for i in range(3)]
+        running: list[StepWorker] = []
+        try:
+            for worker in workers[:2]:
+                await worker.start()
+                running.append(worker)
+            txns = [
+                await publisher.start_saga(
+                    saga, {"order": i, "hold": 0.2, **({"fail_at": "charge"} if i == 0 else {})}
+                )
+                for i in range(20)
+            ]
+            await _wait_progress(orchestrator, txns, steps=10)
+            await workers[2].start()  # joins: a rebalance while steps run
+            running.append(workers[2])
+            await _wait_progress(orchestrator, txns, steps=25)
+            await workers[0].stop()  # leaves: another rebalance
+            running.remove(workers[0])
+            statuses = await wait_final(orchestrator, txns)
+            assert statuses[txns[0]] is RunningStatus.REVERT_COMPLETED
+            assert {statuses[t] for t in txns[1:]} == {RunningStatus.PROCESS_COMPLETED}
+            for txn in txns:
+                runs = sorted(step for step, _, _ in await _effects(runtime, txn))
+                expected = ["charge", "release", "reserve"] if txn == txns[0] else sorted(STEPS)
+                assert runs == expected, (txn, runs)
+            assert all(w.counts.get("DEAD_LETTER", 0) == 0 for w in workers)
+            # The joiner and both rebalances did take part: the late worker ran steps.
+            assert workers[2].counts.get("EXECUTED", 0) > 0, [w.counts for w in workers]
+        finally:
+            for worker in running:
+                await worker.stop()
+            await publisher.stop()
+            await runtime.close()
+
+    run(body())
+
+
+async def _wait_progress(orchestrator: Any, txns: list[uuid.UUID], *, steps: int) -> None:
+    """Until the sagas together have at least ``steps`` tryout rows."""
+    deadline = asyncio.get_running_loop().time() + PROCESS_DEADLINE
+    while True:
+        done = 0
+        for txn in txns:
+            done += len((await orchestrator.read(txn)).tryouts)
+        if done >= steps:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"only {done} steps done"
+        await asyncio.sleep(0.2)
