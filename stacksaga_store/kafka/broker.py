@@ -57,6 +57,16 @@ STOP_TIMEOUT = 30.0
 POLL = 0.25
 
 
+def new_cluster_id() -> str:
+    """A Kafka cluster id (a UUID in URL-safe base64). One starting with '-' would be read as
+    an option by the storage tool's argument parser, so those are drawn again (as Kafka's own
+    ``Uuid.randomUuid`` does)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
 def default_first_ip() -> str:
     return os.environ.get(ENV_FIRST_IP, DEFAULT_FIRST_IP)
 
@@ -76,9 +86,7 @@ class BrokerSpec:
     heap_mb: int = field(default_factory=_default_heap)
     version: str = field(default_factory=default_version)
     partitions: int = 3
-    cluster_id: str = field(
-        default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    )
+    cluster_id: str = field(default_factory=lambda: new_cluster_id())
 
     def __post_init__(self) -> None:
         if self.brokers not in (1, 3):

@@ -12,7 +12,7 @@ import pytest
 
 from stacksaga_store.config.settings import load_settings
 from stacksaga_store.errors import ConfigError
-from stacksaga_store.kafka.broker import BrokerSpec, LocalKafka
+from stacksaga_store.kafka.broker import BrokerSpec, LocalKafka, new_cluster_id
 from stacksaga_store.kafka.errors import KafkaLauncherError, PortBusyError
 from stacksaga_store.kafka.jars import check_version
 from stacksaga_store.kafka.messages import UndecodableEvent, decode_step, encode_step
@@ -96,3 +96,9 @@ def test_a_busy_port_is_an_error_naming_it(tmp_path: Path) -> None:
         spec = BrokerSpec(first_ip=ip, client_port=port, controller_port=port + 1)
         with pytest.raises(PortBusyError, match=re.escape(f"{ip}:{port}")):
             LocalKafka(spec, tmp_path).start()
+
+
+def test_cluster_ids_never_look_like_an_option() -> None:
+    # One in 64 URL-safe base64 ids starts with '-'; the storage tool then fails to format.
+    ids = [new_cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
