@@ -52,7 +52,8 @@ class KafkaProperties(BaseModel):
     # Step events of one partition handled at once by one worker (events of one saga are
     # ordered by their key anyway: a saga's next event is published only after its step).
     max_in_flight_per_partition: int = Field(default=4, ge=1, le=256)
-    # Retryable store errors and busy leases: attempts, then the dead-letter topic.
+    # Retryable store errors: attempts, then the dead-letter topic (a busy lease is retried
+    # until the longest lease of the worker's domains could have expired).
     retry_attempts: int = Field(default=8, ge=1, le=100)
     retry_backoff_ms: int = Field(default=200, ge=1, le=60_000)
     retry_backoff_max_ms: int = Field(default=5_000, ge=1, le=600_000)

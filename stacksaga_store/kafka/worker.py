@@ -11,7 +11,8 @@ partitions. For each record a worker:
 2. calls :meth:`Orchestrator.deliver` - the step runs only if it is the transaction's next
    action, under its execution marker (STRICT: an LWT lease; RELAXED_WITH_DEDUP: read, run,
    batch). Unknown transactions or sagas go to the dead-letter topic; retryable store errors
-   and busy leases are retried with capped exponential backoff, then dead-lettered;
+   (``retry-attempts`` times) and busy leases (until the longest domain lease could have
+   expired) are retried with capped exponential backoff, then dead-lettered;
 3. reads the transaction back, publishes an outcome event and, if the saga waits on a step,
    that step's command (same key; ``acks=all``, awaited); a COMPLETE/REVERT_COMPLETE left by a
    crash is finished by :meth:`Orchestrator.resume`, which runs no step;
@@ -36,6 +37,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -80,6 +82,7 @@ _RETRY_PENDING = (
     RunningStatus.REVERT_FAILED_WITH_RETRYABLE_ERROR,
 )
 _UNKNOWN = (TransactionNotFoundError, SagaDefinitionError, SagaPayloadError)
+_MARKER_SKIPS = (DeliveryOutcome.ALREADY_COMMITTED, DeliveryOutcome.ALREADY_FAILED)
 
 
 def client_options(kafka: KafkaProperties) -> dict[str, Any]:
@@ -206,6 +209,11 @@ class StepWorker:
         self.after_step = after_step
         self.topics = topics_for(kafka, orchestrator.sagas)
         self._sagas = {saga.name: saga for saga in orchestrator.sagas}
+        protection = orchestrator.settings.cassandra.write_protection
+        self._lease_wait_seconds = max(
+            (protection.policy_for(saga.domain).lease_seconds for saga in orchestrator.sagas),
+            default=0,
+        )
         self._consumer: Any = None
         self._producer: Any = None
         self._parts: dict[Any, _Partition] = {}
@@ -342,9 +350,15 @@ class StepWorker:
         await self._publish_next(event, outcome)
 
     async def _deliver_with_retries(self, record: Any, event: StepEvent) -> DeliveryOutcome | None:
+        """Deliver; retry store errors ``retry-attempts`` times and a busy lease until the
+        longest lease of this worker's domains could have expired (a holder that died, or
+        was cancelled on a revoke, keeps its lease that long), then dead-letter."""
         delay = self.kafka.retry_backoff_ms / 1000
+        cap = self.kafka.retry_backoff_max_ms / 1000
+        busy_until = time.monotonic() + self._lease_wait_seconds + 2 * cap
+        attempts = 0
         last = ""
-        for attempt in range(1, self.kafka.retry_attempts + 1):
+        while True:
             try:
                 outcome = await self.orchestrator.deliver(event)
             except _UNKNOWN as exc:
@@ -354,17 +368,20 @@ class StepWorker:
                 if not exc.retryable:
                     await self._dead_letter(record, f"{type(exc).__name__}: {exc}")
                     return None
+                attempts += 1
                 last = f"{type(exc).__name__}: {exc}"
+                if attempts >= self.kafka.retry_attempts:
+                    break
             else:
                 if outcome is not DeliveryOutcome.LEASE_BUSY:
                     return outcome
                 last = "lease busy"
-            logger.info(
-                "kafka worker %s: %s attempt %d: %s", self.name, _where(record), attempt, last
-            )
+                if time.monotonic() > busy_until:
+                    break
+            logger.info("kafka worker %s: %s retry: %s", self.name, _where(record), last)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self.kafka.retry_backoff_max_ms / 1000)
-        await self._dead_letter(record, f"retries exhausted ({self.kafka.retry_attempts}): {last}")
+            delay = min(delay * 2, cap)
+        await self._dead_letter(record, f"retries exhausted: {last}")
         return None
 
     async def _publish_next(self, event: StepEvent, outcome: DeliveryOutcome) -> None:
@@ -380,6 +397,11 @@ class StepWorker:
             pass  # the recovery engine owns the retry
         elif action.kind in (NextKind.EXECUTE, NextKind.COMPENSATE) and action.step_name:
             nxt = StepEvent(txn, action.step_name, ExecutionType(action.kind.value))
+            if nxt == event and outcome in _MARKER_SKIPS:
+                # The marker is final but the tryout row not yet written: its holder writes
+                # it and publishes what follows (or, had it crashed, the recovery engine
+                # resumes the saga). Publishing this step again would loop on the marker.
+                nxt = None
         elif action.kind in (NextKind.COMPLETE, NextKind.REVERT_COMPLETE):
             status = (await self.orchestrator.resume(txn)).status
         key = str(txn).encode()

@@ -77,12 +77,19 @@ async def wait_caught_up(
 async def read_topic(kafka: KafkaProperties, topic: str) -> list[Any]:
     """Every record now in ``topic``, from offset 0 (no group, nothing committed)."""
     tps = await topic_partitions(kafka, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     try:
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
+        # An explicit position: seek_to_beginning() resolves later, and a position() read
+        # before it could come back as the end (this read then returned nothing).
+        for tp in tps:
+            consumer.seek(tp, 0)
         records: list[Any] = []
         while True:
             positions = [await consumer.position(tp) for tp in tps]
