@@ -261,6 +261,11 @@ class StepWorker:
             await self._producer.stop()
             self._producer = None
 
+    @property
+    def assigned(self) -> list[tuple[str, int]]:
+        """The (topic, partition) pairs this worker holds now."""
+        return sorted((tp.topic, tp.partition) for tp in self._parts)
+
     # -- fetching ---------------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
