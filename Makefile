@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv constraints demo demo-saga demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down soak clean
+.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down soak clean
 
 CONSTRAINTS := constraints.txt
 INSTALL_LOG := $(VENV)/install.log
@@ -15,7 +15,7 @@ INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@( $(PY) -m pip install -q -c $(CONSTRAINTS) pip && \
-	   $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[sidecar,dev]' ) > $(INSTALL_LOG) 2>&1 \
+	   $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[sidecar,kafka,dev]' ) > $(INSTALL_LOG) 2>&1 \
 	  || { cat $(INSTALL_LOG); exit 1; }
 	@touch $(STAMP)
 
@@ -38,9 +38,14 @@ demo: $(STAMP)
 demo-saga: $(STAMP) cassandra-jars
 	$(PY) -m stacksaga_store demo
 
+## A 3-step saga through a real Kafka broker (KRaft) and a Cassandra node, with a duplicate.
+demo-kafka: $(STAMP) cassandra-jars kafka-jars
+	$(PY) -m stacksaga_store.kafka demo
+
 ## Everything: lint, types, layering contracts, then the whole test suite against a real
-## Cassandra (jars fetched once into the cache, nodes started by the tests' own fixtures).
-test: $(STAMP) check cassandra-jars porcupine
+## Cassandra and a real Kafka broker (jars fetched once into the cache, nodes and the broker
+## started by the tests' own fixtures).
+test: $(STAMP) check cassandra-jars kafka-jars porcupine
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## The external checker for Maelstrom histories (a Go program built with the module proxy).
@@ -72,6 +77,15 @@ cassandra-up: cassandra-jars
 
 cassandra-down: $(STAMP)
 	$(PY) -m accord_cassandra.launcher down
+
+kafka-jars: $(STAMP)
+	$(PY) -m stacksaga_store.kafka fetch
+
+kafka-up: kafka-jars
+	$(PY) -m stacksaga_store.kafka up
+
+kafka-down: $(STAMP)
+	$(PY) -m stacksaga_store.kafka down
 
 ## A longer burn test: 200 seeds x 2000 transactions, every fault.
 soak: $(STAMP)

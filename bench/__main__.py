@@ -15,6 +15,7 @@ Suites:
   time until each restarted sidecar serves again;
 * ``overload``: bursts of 300, 2,000 and 10,500 concurrent transfers on 3 hot accounts:
   answers, peak RSS, time until normal service;
+* ``kafka``: saga steps through a real Kafka broker vs direct execution (bench/kafka.py);
 * ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
 
 ``--quick`` is a small run that checks the suite works and writes well-formed output; its
@@ -44,6 +45,7 @@ SUITES: dict[str, str] = {
     "saga": "bench.saga_store",
     "restart": "bench.restart",
     "overload": "bench.overload",
+    "kafka": "bench.kafka",
 }
 if importlib.util.find_spec("bench.recovery_engine") is not None:
     SUITES["recovery"] = "bench.recovery_engine"

@@ -56,6 +56,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from stacksaga_store.config.durations import format_duration, parse_duration
+from stacksaga_store.config.kafka import KafkaProperties
 from stacksaga_store.errors import ConfigError
 
 __all__ = [
@@ -495,6 +496,7 @@ class StackSagaSettings(BaseSettings):
 
     cassandra: CassandraProperties = Field(default_factory=CassandraProperties)
     instance: InstanceProperties = Field(default_factory=InstanceProperties)
+    kafka: KafkaProperties = Field(default_factory=KafkaProperties)
     # Folder of the YAML file it came from: `classpath:` resources are looked up there first.
     _source_dir: Path | None = PrivateAttr(default=None)
 

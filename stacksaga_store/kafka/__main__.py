@@ -1,0 +1,5 @@
+import sys
+
+from stacksaga_store.kafka.cli import main
+
+sys.exit(main())

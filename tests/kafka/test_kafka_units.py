@@ -1,0 +1,104 @@
+"""The Kafka package's parts that need no broker: settings, the wire format, the launcher's
+refusals."""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stacksaga_store.config.settings import load_settings
+from stacksaga_store.errors import ConfigError
+from stacksaga_store.kafka.broker import BrokerSpec, LocalKafka, new_cluster_id
+from stacksaga_store.kafka.errors import KafkaLauncherError, PortBusyError
+from stacksaga_store.kafka.jars import check_version
+from stacksaga_store.kafka.messages import UndecodableEvent, decode_step, encode_step
+from stacksaga_store.saga.orchestrator import StepEvent
+from stacksaga_store.store.states import ExecutionType
+
+
+def test_kafka_settings_from_overrides_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STACKSAGA_KAFKA__GROUP_ID", "from-env")
+    kafka = load_settings(kafka={"bootstrap-servers": "127.0.73.1:9092, 127.0.73.2:9092"}).kafka
+    assert kafka.group_id == "from-env"
+    assert kafka.bootstrap_servers == "127.0.73.1:9092,127.0.73.2:9092"
+    assert kafka.steps_topic("payment-saga") == "stacksaga.steps.payment-saga"
+    assert kafka.steps_topic(None) == "stacksaga.steps.default"
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"bootstrap-servers": "no-port"}, "stacksaga.kafka.bootstrap-servers"),
+        ({"partitions": 0}, "stacksaga.kafka.partitions"),
+        ({"max-in-flight-per-partition": 0}, "stacksaga.kafka.max-in-flight-per-partition"),
+        ({"topic-prefix": "bad prefix"}, "stacksaga.kafka.topic-prefix"),
+        ({"security-protocol": "SASL_SSL"}, "stacksaga.kafka"),
+        ({"grup-id": "typo"}, "stacksaga.kafka.grup-id"),
+    ],
+)
+def test_bad_kafka_settings_name_the_field(override: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(kafka=override)
+    assert [name for name, _ in caught.value.problems] == [field]
+
+
+def test_sasl_needs_credentials_and_takes_them() -> None:
+    kafka = load_settings(
+        kafka={
+            "security-protocol": "sasl_plaintext",
+            "sasl-mechanism": "SCRAM-SHA-512",
+            "sasl-username": "u",
+            "sasl-password": "s3cret-value",
+        }
+    ).kafka
+    assert (
+        kafka.sasl_password is not None and kafka.sasl_password.get_secret_value() == "s3cret-value"
+    )
+    assert "s3cret-value" not in repr(kafka)
+
+
+def test_step_events_round_trip_and_anything_else_is_undecodable() -> None:
+    event = StepEvent(uuid.uuid4(), "charge", ExecutionType.COMPENSATE)
+    assert decode_step(encode_step(event)) == event
+    bad = [
+        None,
+        b"\xff",
+        b"[]",
+        b'{"format": 2, "kind": "step"}',
+        b'{"format": 1, "kind": "step", "transaction_id": "x", "step": "a", '
+        b'"execution_type": "EXECUTE"}',
+        encode_step(event).replace(b"COMPENSATE", b"QUARANTINE"),
+    ]
+    for value in bad:
+        with pytest.raises(UndecodableEvent):
+            decode_step(value)
+
+
+def test_launcher_refuses_bad_specs() -> None:
+    with pytest.raises(KafkaLauncherError, match="1 or 3"):
+        BrokerSpec(brokers=2)
+    with pytest.raises(KafkaLauncherError, match=re.escape("127.0.0.0/8")):
+        BrokerSpec(first_ip="10.0.0.1")
+    with pytest.raises(KafkaLauncherError, match=re.escape("is not 4.x.y")):
+        check_version("3.9.1")
+
+
+def test_a_busy_port_is_an_error_naming_it(tmp_path: Path) -> None:
+    ip = "127.0.73.250"
+    with socket.socket() as holder:
+        holder.bind((ip, 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        spec = BrokerSpec(first_ip=ip, client_port=port, controller_port=port + 1)
+        with pytest.raises(PortBusyError, match=re.escape(f"{ip}:{port}")):
+            LocalKafka(spec, tmp_path).start()
+
+
+def test_cluster_ids_never_look_like_an_option() -> None:
+    # One in 64 URL-safe base64 ids starts with '-'; the storage tool then fails to format.
+    ids = [new_cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
