@@ -496,6 +496,7 @@ def static_topology(config: SidecarConfig) -> Topology:
         config.replication_factor,
         shards_per_node=config.shards_per_node,
         electorate_size=config.electorate_size,
+        electorate_preference=config.electorate_preference,
     )
 
 
@@ -601,7 +602,11 @@ class Sidecar:
 
             sidecar_of_host = {address: node for node, address in config.cassandra_hosts.items()}
             topology = topology_from_cassandra(
-                self.cluster.metadata, config.cassandra.keyspaces[0], sidecar_of_host
+                self.cluster.metadata,
+                config.cassandra.keyspaces[0],
+                sidecar_of_host,
+                electorate_size=config.electorate_size,
+                electorate_preference=config.electorate_preference,
             )
         else:
             topology = static_topology(config)
