@@ -222,6 +222,11 @@ class SidecarConfig(BaseSettings):
     # this order (the rest after, in ring order). Put the nodes nearest the clients first; any
     # choice is safe (docs/accord.md, "Fast-path electorates").
     electorate_preference: list[int] = Field(default_factory=list)
+    # Another sidecar (peer id) that coordinates this one's client transactions, called at
+    # its client API (its `peers` address, with this client_token and tls): for a sidecar far
+    # from every fast quorum, whose nearest peer coordinates sooner than it could itself
+    # (docs/sidecars.md, "Coordinating through a nearer sidecar").
+    coordinate_via: int | None = None
     topology: Literal["static", "cassandra"] = "static"
     # With topology: cassandra, the Cassandra node (address) each sidecar runs beside.
     cassandra_hosts: dict[int, str] = Field(default_factory=dict)
@@ -423,6 +428,12 @@ class SidecarConfig(BaseSettings):
                     f"electorate_size must be within [{lowest}, {self.replication_factor}] "
                     f"for replication_factor {self.replication_factor}"
                 )
+        if self.coordinate_via is not None and (
+            self.coordinate_via == self.node_id or self.coordinate_via not in self.peers
+        ):
+            raise ValueError(
+                f"coordinate_via {self.coordinate_via} must be another sidecar in peers"
+            )
         unknown_voters = sorted(set(self.electorate_preference) - set(self.peers))
         if unknown_voters:
             raise ValueError(f"electorate_preference names sidecars {unknown_voters} not in peers")

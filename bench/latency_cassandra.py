@@ -22,6 +22,9 @@ Per region, one operation at a time from a client in that region:
     the one writer's write at QUORUM (``shared_storage``);
   - *near electorate*: as default, but with the WAN variant's electorate (what the
     electorate alone changes);
+  - *WAN + via*: as WAN, and a sidecar whose own floor is above the RTT to another region
+    plus that region's floor hands its transactions to that sidecar (``coordinate_via``;
+    C via A for the default matrix: 40 + 20 ms against 80 + 40 ms);
   - *WAN*: the electorate of 2 whose fast quorum is nearest summed over the regions
     (:func:`bench.wan.nearest_electorate`; A and B for the default matrix), every replica
     writing its own outcome and reading at LOCAL_QUORUM through its own region's node
@@ -38,7 +41,7 @@ import asyncio
 import random
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,8 @@ class Variant:
     name: str
     electorate: tuple[int, ...]  # sidecar ids voting on the fast path
     local_reads: bool  # LOCAL_QUORUM through the region's node, every replica writing
+    # sidecar id -> the sidecar coordinating its transactions (coordinate_via)
+    via: dict[int, int] = field(default_factory=dict)
 
     def config(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
@@ -94,15 +99,58 @@ class Variant:
     def describe(self) -> str:
         voters = "".join(region_of(n) for n in self.electorate)
         level = "LOCAL_QUORUM, every replica writes" if self.local_reads else "QUORUM, one writer"
-        return f"electorate {voters}, {level}"
+        via = "".join(
+            f", {region_of(n)} coordinates via {region_of(m)}" for n, m in sorted(self.via.items())
+        )
+        return f"electorate {voters}, {level}{via}"
+
+    def own_ms(self, matrix: RttMatrix, region: str) -> float:
+        """The network floor of a transaction coordinated in ``region`` (see _reference)."""
+        voters = [region_of(n) for n in self.electorate]
+        fast = fast_quorum_rtt_ms(
+            matrix, region, voters, fast_quorum_size(NODES, len(self.electorate))
+        )
+        quorum = nearest_quorum_rtt_ms(matrix, region, REGIONS, NODES // 2 + 1)
+        return fast + (0.0 if self.local_reads else quorum) + quorum
+
+    def floor_ms(self, matrix: RttMatrix, region: str) -> tuple[float, str]:
+        """This variant's network floor from ``region``, through its delegate if any."""
+        node = REGIONS.index(region) + 1
+        if node in self.via:
+            other = region_of(self.via[node])
+            hop = matrix.rtt_ms(region, other)
+            own = self.own_ms(matrix, other)
+            return hop + own, f"{hop:g} to {other} + {own:g} there"
+        return self.own_ms(matrix, region), ""
+
+
+def delegates(matrix: RttMatrix, variant: Variant) -> dict[int, int]:
+    """Each sidecar whose transactions finish sooner coordinated by another (RTT to it plus
+    its own floor): sidecar id -> that other's id."""
+    chosen = {}
+    for node in range(1, NODES + 1):
+        region = region_of(node)
+        best, best_ms = None, variant.own_ms(matrix, region)
+        for other in range(1, NODES + 1):
+            if other == node:
+                continue
+            ms = matrix.rtt_ms(region, region_of(other)) + variant.own_ms(matrix, region_of(other))
+            if ms < best_ms:
+                best, best_ms = other, ms
+        if best is not None:
+            chosen[node] = best
+    return chosen
 
 
 def variants(matrix: RttMatrix) -> list[Variant]:
     near = nearest_electorate(matrix, REGIONS, NODES - 1, fast_quorum_size(NODES, NODES - 1))
+    electorate = tuple(i + 1 for i in near)
+    wan = Variant("WAN", electorate, local_reads=True)
     return [
         Variant("default", tuple(range(1, NODES + 1)), local_reads=False),
-        Variant("near electorate", tuple(i + 1 for i in near), local_reads=False),
-        Variant("WAN", tuple(i + 1 for i in near), local_reads=True),
+        Variant("near electorate", electorate, local_reads=False),
+        wan,
+        Variant("WAN + via", electorate, local_reads=True, via=delegates(matrix, wan)),
     ]
 
 
@@ -201,6 +249,8 @@ def _sidecars(
         config["cassandra"]["local_datacenter"] = region_of(node_id)
         if variant.local_reads:
             config["cassandra"]["consistency"] = "LOCAL_QUORUM"
+        if node_id in variant.via:
+            config["coordinate_via"] = variant.via[node_id]
         sidecar.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
     return sidecars
 
@@ -267,12 +317,14 @@ def _reference(
     if name.startswith("LWT"):
         return 2 * quorum_rtt, f"2 x {quorum_rtt:g} (v2 claim)"
     variant = next(v for v in chosen if name.endswith(f"({v.name})"))
+    total, via = variant.floor_ms(matrix, region)
+    if via:
+        return total, via
     voters = [region_of(n) for n in variant.electorate]
     fast_rtt = fast_quorum_rtt_ms(
         matrix, region, voters, fast_quorum_size(NODES, len(variant.electorate))
     )
     read_rtt = 0.0 if variant.local_reads else quorum_rtt
-    total = fast_rtt + read_rtt + quorum_rtt
     return total, f"{fast_rtt:g} + {read_rtt:g} + {quorum_rtt:g}"
 
 

@@ -129,6 +129,16 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             id="voter-unknown",
         ),
         pytest.param(
+            {"coordinate_via": 1},
+            ["coordinate_via 1 must be another sidecar in peers"],
+            id="via-self",
+        ),
+        pytest.param(
+            {"coordinate_via": 9},
+            ["coordinate_via 9 must be another sidecar in peers"],
+            id="via-unknown",
+        ),
+        pytest.param(
             {"electorate_preference": [2, 2]},
             ["electorate_preference names a sidecar twice"],
             id="voter-twice",
