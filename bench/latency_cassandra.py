@@ -72,6 +72,7 @@ from bench.workload import (
 NODES = 3
 REGIONS = [region_of(n) for n in range(1, NODES + 1)]
 SET = "conditional set"
+LWT = "LWT conditional set"
 TARGET_VS_LWT = 1.0
 GOAL_VS_LWT = 0.75
 TRANSFER = "transfer"
@@ -193,24 +194,30 @@ def _measure(
         keys = [f"k{i:05d}" for i in range(NODES * count * 2)]
         note(f"preloading {len(keys)} LWT accounts")
         lwt_preload(sessions[0], keyspace, keys)
-        results: dict[str, dict[str, LoadResult]] = {"LWT conditional set": {}}
-        for index, session in enumerate(sessions):
-            region = REGIONS[index]
-            lwt = LwtClient(session, keyspace)
-            own = keys[index * count * 2 : (index + 1) * count * 2]
-            progress = Progress(f"LWT from region {region}", count)
-            results["LWT conditional set"][region] = asyncio.run(
-                closed_loop_calls(
-                    lambda i, lwt=lwt, own=own: lwt.conditional_set(own[i], INITIAL_BALANCE, 0),
-                    inflight=1,
-                    count=count,
-                    pause_seconds=0.05,
-                    progress=progress,
+        results: dict[str, dict[str, LoadResult]] = {}
+
+        def lwt_run(label: str) -> None:
+            results[label] = {}
+            for index, session in enumerate(sessions):
+                region = REGIONS[index]
+                lwt = LwtClient(session, keyspace)
+                own = keys[index * count * 2 : (index + 1) * count * 2]
+                results[label][region] = asyncio.run(
+                    closed_loop_calls(
+                        lambda i, lwt=lwt, own=own: lwt.conditional_set(own[i], INITIAL_BALANCE, 0),
+                        inflight=1,
+                        count=count,
+                        pause_seconds=0.05,
+                        progress=Progress(f"{label} from region {region}", count),
+                    )
                 )
-            )
+
         for index, variant in enumerate(chosen):
             # Fresh keys per variant: each starts from the balance the condition expects.
             own_keys = [f"v{index}{key}" for key in keys]
+            # LWT again next to each variant: on a shared machine the load drifts over the
+            # suite, and each ratio compares operations measured minutes apart at most.
+            lwt_run(f"{LWT} ({variant.name})")
             with tempfile.TemporaryDirectory(prefix="bench-latency-cassandra-") as folder:
                 sidecars = _sidecars(Path(folder), cassandra, keyspace, matrix, variant)
                 note(f"starting 3 sidecars on the delayed Cassandra cluster ({variant.name})")
@@ -341,9 +348,10 @@ def _figures(
     ratios: dict[str, list[float]] = {v.name: [] for v in chosen}
     for region in REGIONS:
         quorum_rtt = nearest_quorum_rtt_ms(matrix, region, REGIONS, slow)
-        lwt = percentiles(results["LWT conditional set"].get(region, LoadResult()).latencies_ms)
-        lwt_p50 = lwt.get("p50")
         for name, by_region in results.items():
+            variant_name = name[name.rindex("(") + 1 : -1]
+            lwt = percentiles(results[f"{LWT} ({variant_name})"][region].latencies_ms)
+            lwt_p50 = lwt.get("p50")
             result = by_region.get(region, LoadResult())
             figures = percentiles(result.latencies_ms)
             reference, how = _reference(name, region, matrix, chosen)
@@ -384,12 +392,14 @@ def _figures(
         f"through the proxy in front of its target node, delayed by the sender's region "
         f"(recognised from Cassandra's handshake; unrecognised connections: "
         f"{', '.join(unmatched) or 'none'}). LWT: client pinned to its region's node, "
-        f"UPDATE ... IF balance >= 0, SERIAL, commit ONE, one at a time, 50 ms apart. Accord: "
+        f"UPDATE ... IF balance >= 0, SERIAL, commit ONE, one at a time, 50 ms apart, "
+        f"measured again just before each Accord variant ('LWT ... (variant)'), which is "
+        f"the LWT that variant's 'p50 / LWT' divides by. Accord: "
         f"3 sidecars behind per-link proxies, store: cassandra through the region's node "
         f"only, one at a time with a 3 x max-RTT pause. {count} operations per region, kind "
         f"and variant. Reference = fast-quorum RTT + read RTT + slow-quorum RTT (outcome "
         f"journaled); 'p50 / quorum RTT' counts round trips to the nearest Cassandra "
-        f"quorum; 'p50 / LWT' divides by the same region's LWT p50 from this run."
+        f"quorum; 'p50 / LWT' divides by the same region's LWT p50 measured next to it."
     )
     figure_rows = figure(
         "cassandra_wan",
