@@ -74,7 +74,7 @@ from accord.primitives import (
     sim_key,
 )
 from accord.primitives.txn import BINARY_OPERATORS, COMPARE_OPERATORS, Expr
-from accord.topology import Shard, Topology, ring_topology
+from accord.topology import Shard, Topology, preferred_electorate, ring_topology
 
 __all__ = [
     "BINARY_OPERATORS",
@@ -137,6 +137,7 @@ __all__ = [
     "Update",
     "WriteOp",
     "WriteScope",
+    "preferred_electorate",
     "ring_topology",
     "sim_key",
 ]

@@ -60,7 +60,7 @@ DEFINITE_CODES = frozenset(
 # What gRPC says when a call failed before any connection took it (nothing was sent):
 # every address refused or could not be resolved. A connection lost after the request went
 # out says something else ("Socket closed", "Connection reset") and stays unknown.
-_NEVER_CONNECTED = ("failed to connect to all addresses", "errors resolving", "DNS resolution")
+NEVER_CONNECTED = ("failed to connect to all addresses", "errors resolving", "DNS resolution")
 
 
 class TransactionError(AccordCassandraError, RuntimeError):
@@ -93,7 +93,7 @@ class ClientFailure(TransactionError):
 def _from_rpc_error(code: grpc.StatusCode | None, details: str | None) -> TransactionError:
     name = code.name if code is not None else "UNKNOWN"
     text = details or ""
-    if name == "UNAVAILABLE" and any(m in text for m in _NEVER_CONNECTED):
+    if name == "UNAVAILABLE" and any(m in text for m in NEVER_CONNECTED):
         return NotSent(text)
     return TransactionError(name, text)
 

@@ -218,6 +218,15 @@ class SidecarConfig(BaseSettings):
     shards_per_node: int = Field(default=4, ge=1, le=256)
     # Fast-path voters per shard (n - f <= e <= n); fewer voters mean a nearer fast quorum.
     electorate_size: int | None = Field(default=None, ge=1)
+    # Which replicas vote when electorate_size is below the shard's: these sidecars first, in
+    # this order (the rest after, in ring order). Put the nodes nearest the clients first; any
+    # choice is safe (docs/accord.md, "Fast-path electorates").
+    electorate_preference: list[int] = Field(default_factory=list)
+    # Another sidecar (peer id) that coordinates this one's client transactions, called at
+    # its client API (its `peers` address, with this client_token and tls): for a sidecar far
+    # from every fast quorum, whose nearest peer coordinates sooner than it could itself
+    # (docs/sidecars.md, "Coordinating through a nearer sidecar").
+    coordinate_via: int | None = None
     topology: Literal["static", "cassandra"] = "static"
     # With topology: cassandra, the Cassandra node (address) each sidecar runs beside.
     cassandra_hosts: dict[int, str] = Field(default_factory=dict)
@@ -419,6 +428,24 @@ class SidecarConfig(BaseSettings):
                     f"electorate_size must be within [{lowest}, {self.replication_factor}] "
                     f"for replication_factor {self.replication_factor}"
                 )
+        if self.coordinate_via is not None and (
+            self.coordinate_via == self.node_id or self.coordinate_via not in self.peers
+        ):
+            raise ValueError(
+                f"coordinate_via {self.coordinate_via} must be another sidecar in peers"
+            )
+        unknown_voters = sorted(set(self.electorate_preference) - set(self.peers))
+        if unknown_voters:
+            raise ValueError(f"electorate_preference names sidecars {unknown_voters} not in peers")
+        if len(set(self.electorate_preference)) != len(self.electorate_preference):
+            raise ValueError("electorate_preference names a sidecar twice")
+        if self.cassandra.consistency.startswith("LOCAL_") and self.shared_storage_enabled:
+            # One writer per shard writes at LOCAL_QUORUM in *its* datacenter; a replica in
+            # another reading at LOCAL_QUORUM in its own would not meet that write.
+            raise ValueError(
+                f"cassandra.consistency {self.cassandra.consistency} needs shared_storage: "
+                "false (every replica then writes and reads its own datacenter)"
+            )
         if self.topology == "cassandra":
             if self.store != "cassandra":
                 raise ValueError("topology: cassandra needs store: cassandra")

@@ -31,6 +31,7 @@ from accord.invariants import check_not_none, fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord.testing import Bugs
+from accord_cassandra.client import NEVER_CONNECTED
 from accord_cassandra.config import ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     MAX_NODE_ID,
@@ -138,13 +139,21 @@ def _why(error: BaseException) -> str:
 
 class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
     def __init__(
-        self, host: SidecarHost, catalog: Catalog, *, token: str | None, timeout: float
+        self,
+        host: SidecarHost,
+        catalog: Catalog,
+        *,
+        token: str | None,
+        timeout: float,
+        delegate: tuple[int, Any] | None = None,
     ) -> None:
         self.host = host
         self.catalog = catalog
         self.token = token
         self.expected_authorization = f"Bearer {token}".encode()
         self.timeout = timeout
+        # (node id, Transactions stub) of the sidecar that coordinates for this one.
+        self.delegate = delegate
 
     async def Transact(
         self,
@@ -189,6 +198,10 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                     f"the request reached the sidecar {remaining:.3f} s before its deadline, "
                     "too late to run it; nothing was submitted",
                 )
+        if self.delegate is not None:
+            relayed = await self._delegated(self.delegate, request, timeout, context)
+            if relayed is not None:
+                return relayed
         try:
             reply = await self.host.submit(translation.txn, timeout=timeout)
         except Overloaded as error:
@@ -216,6 +229,54 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             range_checked=translation.range_checked,
             views=translation.views,
         )
+
+    async def _delegated(
+        self,
+        delegate: tuple[int, Any],
+        request: client_pb2.TransactRequest,
+        timeout: float,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> client_pb2.TransactResponse | None:
+        """Run a request (already validated here) at the delegate and relay its answer; None
+        when the delegate could not be reached at all (nothing left this sidecar), and then
+        the caller coordinates it here.
+
+        The delegate's codes mean what they mean at any sidecar, so the client's rules hold.
+        Its UNAVAILABLE goes on without the delegate's own wording, which the client would
+        read as *its* connection failing before sending (NotSent, definite).
+        """
+        node, stub = delegate
+        metadata = (("authorization", f"Bearer {self.token}"),) if self.token is not None else ()
+        try:
+            response: client_pb2.TransactResponse = await stub.Transact(
+                request, timeout=timeout, metadata=metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            code, details = error.code(), error.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE and any(m in details for m in NEVER_CONNECTED):
+                return None
+            if code not in DELEGATE_RELAYED or code == grpc.StatusCode.UNAVAILABLE:
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"outcome unknown: sidecar {node}, which coordinates for this one, answered "
+                    f"{code.name}; the transaction may still commit",
+                )
+            await context.abort(code, fit_details(f"from sidecar {node}: {details}"))
+        return response
+
+
+# Codes a delegate's answer keeps (docs/sidecars.md, "Client errors"); any other (its
+# UNAVAILABLE, UNAUTHENTICATED for a token it does not share, UNKNOWN, ...) is relayed as
+# outcome unknown.
+DELEGATE_RELAYED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
 
 
 def _add_raw_unary(
@@ -516,6 +577,7 @@ def static_topology(config: SidecarConfig) -> Topology:
         config.replication_factor,
         shards_per_node=config.shards_per_node,
         electorate_size=config.electorate_size,
+        electorate_preference=config.electorate_preference,
     )
 
 
@@ -531,6 +593,7 @@ class Sidecar:
         self.peer_listen: str | None = None
         self.metrics: MetricsServer | None = None
         self.listen = config.listen
+        self.delegate_channel: grpc.aio.Channel | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -621,7 +684,11 @@ class Sidecar:
 
             sidecar_of_host = {address: node for node, address in config.cassandra_hosts.items()}
             topology = topology_from_cassandra(
-                self.cluster.metadata, config.cassandra.keyspaces[0], sidecar_of_host
+                self.cluster.metadata,
+                config.cassandra.keyspaces[0],
+                sidecar_of_host,
+                electorate_size=config.electorate_size,
+                electorate_preference=config.electorate_preference,
             )
         else:
             topology = static_topology(config)
@@ -670,6 +737,7 @@ class Sidecar:
                 catalog,
                 token=config.client_token,
                 timeout=config.timing.client_timeout_ms / 1000,
+                delegate=self._delegate(peers),
             ).Transact,
             client_pb2.TransactResponse.SerializeToString,
         )
@@ -697,6 +765,26 @@ class Sidecar:
         command = self.host.node.store.commands.get(txn_id)  # type: ignore[call-overload]
         return command.txn if command is not None else None
 
+    def _delegate(self, peers: dict[int, str]) -> tuple[int, Any] | None:
+        """The stub of the sidecar that coordinates for this one (``coordinate_via``)."""
+        node = self.config.coordinate_via
+        if node is None:
+            return None
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
+        tls = self.config.tls
+        address = peers[node]
+        if tls is None:
+            channel = grpc.aio.insecure_channel(address, options=options)
+        else:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=tls.ca.read_bytes() if tls.ca else None,
+                private_key=tls.private_key.read_bytes(),
+                certificate_chain=tls.certificate.read_bytes(),
+            )
+            channel = grpc.aio.secure_channel(address, credentials, options=options)
+        self.delegate_channel = channel
+        return node, client_pb2_grpc.TransactionsStub(channel)
+
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.host.drain(self.config.drain_seconds)
@@ -708,6 +796,8 @@ class Sidecar:
             await self.metrics.stop()
         await self.host.stop()
         await self.peers.close()
+        if self.delegate_channel is not None:
+            await self.delegate_channel.close()
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.shutdown)
         logger.info("sidecar stopped node=%d", self.config.node_id)

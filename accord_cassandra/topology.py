@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from accord import TOKEN_MAX, TOKEN_MIN, Shard, TokenRange, Topology
+from accord import (
+    TOKEN_MAX,
+    TOKEN_MIN,
+    ConfigurationError,
+    Shard,
+    TokenRange,
+    Topology,
+    preferred_electorate,
+)
 from accord_cassandra.errors import AccordCassandraError
 
 
@@ -20,9 +28,18 @@ class TopologyError(AccordCassandraError, ValueError):
 
 
 def shards_from_ring(
-    ring: Sequence[int], replicas_of: Mapping[int, Sequence[int]], *, epoch: int = 1
+    ring: Sequence[int],
+    replicas_of: Mapping[int, Sequence[int]],
+    *,
+    epoch: int = 1,
+    electorate_size: int | None = None,
+    electorate_preference: Sequence[int] = (),
 ) -> Topology:
-    """A topology from sorted ring tokens and, per token, the sidecar ids replicating it."""
+    """A topology from sorted ring tokens and, per token, the sidecar ids replicating it.
+
+    Each shard's fast-path electorate is ``electorate_size`` of its replicas (default: all),
+    the first in ``electorate_preference``; a size outside [n - f, n] for some shard is
+    refused."""
     tokens = sorted(set(ring))
     if not tokens:
         raise TopologyError("the token ring is empty")
@@ -39,12 +56,22 @@ def shards_from_ring(
         replicas = tuple(replicas_of[owner])
         if not replicas:
             raise TopologyError(f"token {owner} has no sidecar replicas")
-        shards.append(Shard(TokenRange(start, end), replicas, frozenset(replicas)))
+        size = len(replicas) if electorate_size is None else min(electorate_size, len(replicas))
+        try:
+            electorate = preferred_electorate(replicas, size, electorate_preference)
+            shards.append(Shard(TokenRange(start, end), replicas, electorate))
+        except ConfigurationError as error:
+            raise TopologyError(f"token {owner}: {error}") from None
     return Topology(epoch, tuple(shards))
 
 
 def topology_from_cassandra(
-    metadata: Any, keyspace: str, sidecar_of_host: Mapping[str, int]
+    metadata: Any,
+    keyspace: str,
+    sidecar_of_host: Mapping[str, int],
+    *,
+    electorate_size: int | None = None,
+    electorate_preference: Sequence[int] = (),
 ) -> Topology:
     """Read the ring from cassandra-driver metadata; ``sidecar_of_host`` maps a Cassandra
     node's address to the id of the sidecar beside it."""
@@ -61,4 +88,9 @@ def topology_from_cassandra(
                 raise TopologyError(f"Cassandra node {host.address} has no sidecar in the config")
             sidecars.append(sidecar)
         replicas_of[token.value] = sidecars
-    return shards_from_ring(list(replicas_of), replicas_of)
+    return shards_from_ring(
+        list(replicas_of),
+        replicas_of,
+        electorate_size=electorate_size,
+        electorate_preference=electorate_preference,
+    )

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -131,6 +132,38 @@ def nearest_quorum_rtt_ms(
         raise ValueError(f"quorum {quorum} of {len(replica_regions)} replicas")
     ordered = sorted(matrix.rtt_ms(coordinator, region) for region in replica_regions)
     return ordered[quorum - 1]
+
+
+def fast_quorum_rtt_ms(
+    matrix: RttMatrix, coordinator: str, electorate_regions: Sequence[str], fast_quorum: int
+) -> float:
+    """One round trip from ``coordinator`` to the closest ``fast_quorum`` electorate members
+    (itself at 0 ms when it votes): the floor of the fast path's PreAccept round."""
+    return nearest_quorum_rtt_ms(matrix, coordinator, electorate_regions, fast_quorum)
+
+
+def nearest_electorate(
+    matrix: RttMatrix, replica_regions: Sequence[str], size: int, fast_quorum: int
+) -> tuple[int, ...]:
+    """The ``size`` replicas (0-based indexes into ``replica_regions``) whose fast quorum is
+    nearest summed over every replica's region as coordinator; ties keep the lowest indexes.
+
+    A configuration choice for the suites, not a protocol rule: every electorate of a legal
+    size is safe, and this one only puts the fast quorum where the coordinators are.
+    """
+    if not 1 <= fast_quorum <= size <= len(replica_regions):
+        raise ValueError(f"fast quorum {fast_quorum} of {size} of {len(replica_regions)}")
+    best: tuple[float, tuple[int, ...]] | None = None
+    for members in itertools.combinations(range(len(replica_regions)), size):
+        regions = [replica_regions[i] for i in members]
+        cost = sum(
+            fast_quorum_rtt_ms(matrix, coordinator, regions, fast_quorum)
+            for coordinator in replica_regions
+        )
+        if best is None or cost < best[0]:
+            best = (cost, members)
+    assert best is not None
+    return best[1]
 
 
 # ------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ class BurnConfig:
     faults: Faults = field(default_factory=Faults)
     reorder_buffer_micros: int = 0
     electorate: int | None = None
+    # Nodes that vote first in every shard's electorate (accord.topology.preferred_electorate).
+    electorate_preference: tuple[int, ...] = ()
     shards_per_node: int = 1
     bugs: Bugs = NO_BUGS
     # One data store shared by every replica, one writer per shard (NodeConfig.shared_storage),
@@ -100,6 +102,7 @@ class BurnConfig:
             self.rf,
             shards_per_node=self.shards_per_node,
             electorate_size=self.electorate,
+            electorate_preference=self.electorate_preference,
         )
 
 

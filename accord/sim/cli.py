@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         "--electorate", type=int, default=None, help="fast-path electorate size per shard"
     )
     parser.add_argument(
+        "--electorate-preference",
+        type=lambda text: tuple(int(part) for part in text.split(",")),
+        default=(),
+        help="comma-separated node ids voting first in every shard (with --electorate)",
+    )
+    parser.add_argument(
         "--reconcile", action="store_true", help="run each seed twice and compare trace digests"
     )
     parser.add_argument(
@@ -115,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             faults=Faults.parse(args.faults),
             reorder_buffer_micros=int(args.reorder_buffer_ms * 1000),
             electorate=args.electorate,
+            electorate_preference=args.electorate_preference,
             shards_per_node=args.shards_per_node,
             recover_delay_micros=(
                 None if args.recover_delay_ms is None else int(args.recover_delay_ms * 1000)

@@ -124,6 +124,34 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             id="shared-memory",
         ),
         pytest.param(
+            {"electorate_preference": [1, 4]},
+            ["electorate_preference names sidecars [4] not in peers"],
+            id="voter-unknown",
+        ),
+        pytest.param(
+            {"coordinate_via": 1},
+            ["coordinate_via 1 must be another sidecar in peers"],
+            id="via-self",
+        ),
+        pytest.param(
+            {"coordinate_via": 9},
+            ["coordinate_via 9 must be another sidecar in peers"],
+            id="via-unknown",
+        ),
+        pytest.param(
+            {"electorate_preference": [2, 2]},
+            ["electorate_preference names a sidecar twice"],
+            id="voter-twice",
+        ),
+        pytest.param(
+            {
+                "store": "cassandra",
+                "cassandra": {"keyspaces": ["bank"], "consistency": "LOCAL_QUORUM"},
+            },
+            ["cassandra.consistency LOCAL_QUORUM needs shared_storage: false"],
+            id="local-shared",
+        ),
+        pytest.param(
             {"planted_bugs": ["write_early"]},
             ["planted_bugs", "unknown ['write_early']", "write_before_durable"],
             id="bugs",
@@ -235,3 +263,20 @@ def test_a_cassandra_store_is_shared_unless_told_otherwise(tmp_path: Path) -> No
     cassandra = {"store": "cassandra", "cassandra": {"keyspaces": ["bank"]}}
     assert load(write(tmp_path, **cassandra)).shared_storage_enabled
     assert not load(write(tmp_path, **cassandra, shared_storage=False)).shared_storage_enabled
+
+
+def test_local_quorum_loads_with_every_replica_writing(tmp_path: Path) -> None:
+    config = load(
+        write(
+            tmp_path,
+            store="cassandra",
+            shared_storage=False,
+            cassandra={"keyspaces": ["bank"], "consistency": "LOCAL_QUORUM"},
+            electorate_size=2,
+            electorate_preference=[2, 1],
+        )
+    )
+    assert config.cassandra.consistency == "LOCAL_QUORUM" and not config.shared_storage_enabled
+    from accord_cassandra.server import static_topology
+
+    assert {s.electorate for s in static_topology(config).shards} == {frozenset({1, 2})}

@@ -32,3 +32,22 @@ def test_an_empty_ring_or_an_unreplicated_token_is_refused() -> None:
         shards_from_ring([], {})
     with pytest.raises(TopologyError, match="no sidecar replicas"):
         shards_from_ring([5], {5: []})
+
+
+def test_a_preferred_electorate_applies_to_every_shard_of_the_ring() -> None:
+    topology = shards_from_ring(RING, OWNERS, electorate_size=2, electorate_preference=[1, 2])
+    for shard in topology.shards:
+        assert shard.electorate == frozenset({1, 2})
+        assert (shard.fast_quorum, shard.slow_quorum) == (2, 2)
+    # The size alone takes each shard's first replicas in Cassandra's order.
+    plain = shards_from_ring(RING, OWNERS, electorate_size=2)
+    assert {shard.electorate for shard in plain.shards} == {
+        frozenset({1, 2}),
+        frozenset({2, 3}),
+        frozenset({3, 1}),
+    }
+
+
+def test_an_electorate_below_n_minus_f_is_refused_naming_the_token() -> None:
+    with pytest.raises(TopologyError, match=r"token -?\d+: electorate of 1 is outside"):
+        shards_from_ring(RING, OWNERS, electorate_size=1)

@@ -17,6 +17,7 @@ from accord.topology import (
     fast_path_reject_size,
     fast_quorum_size,
     max_failures,
+    preferred_electorate,
     ring_topology,
     slow_quorum_size,
 )
@@ -261,3 +262,69 @@ def test_topologies_that_leave_gaps_or_overlap_are_refused(shards: tuple[Shard, 
 def test_ring_topology_refuses_an_electorate_outside_bounds(electorate_size: int) -> None:
     with pytest.raises(ConfigurationError):
         ring_topology([1, 2, 3, 4, 5], 3, electorate_size=electorate_size)
+
+
+# ---------------------------------------------------------------------------- chosen electorates
+
+
+def _check_intersections(shard: Shard) -> None:
+    """The properties above, by brute force over the shard's own node ids."""
+    n = len(shard.replicas)
+    f = max_failures(n)
+    fasts = [frozenset(c) for c in combinations(sorted(shard.electorate), shard.fast_quorum)]
+    for slow in combinations(shard.replicas, n - f):
+        members = shard.electorate & set(slow)
+        for fast in fasts:
+            # A strict majority of the electorate members of every recovery quorum ...
+            assert 2 * len(fast & members) > len(members), (shard, slow, fast)
+            # ... so the non-fast electorate members a recovery quorum can hear are at most
+            # e - fq, the bound recovery's "fast path rejected" rule uses.
+            assert len(members - fast) <= len(shard.electorate) - shard.fast_quorum
+            for other in fasts:
+                assert fast & other & set(slow), (shard, slow, fast, other)
+
+
+@given(
+    st.integers(1, 7).flatmap(
+        lambda n: st.tuples(
+            st.integers(n, 9).flatmap(lambda count: st.permutations(range(1, count + 1))),
+            st.just(n),
+            st.integers(n - (n - 1) // 2, n),
+        )
+    ),
+    st.integers(0, 9),
+    st.integers(1, 3),
+)
+def test_any_preferred_electorate_keeps_the_quorum_intersections(
+    sizes: tuple[list[int], int, int], preferred: int, per_node: int
+) -> None:
+    order, rf, e = sizes
+    nodes = sorted(order)
+    # A preference naming some of the nodes, in a random order (the rest rank last).
+    preference = order[:preferred]
+    topology = ring_topology(
+        nodes, rf, shards_per_node=per_node, electorate_size=e, electorate_preference=preference
+    )
+    rank = {node: i for i, node in enumerate(preference)}
+    for shard in topology.shards:
+        assert len(shard.electorate) == e and shard.electorate <= set(shard.replicas)
+        # The electorate is the replicas ranked first; unnamed ones keep ring order.
+        ranked = sorted(
+            shard.replicas, key=lambda node: (rank.get(node, len(rank)), shard.replicas.index(node))
+        )
+        assert shard.electorate == frozenset(ranked[:e])
+        _check_intersections(shard)
+
+
+def test_preferred_electorate_puts_the_named_voters_first() -> None:
+    topology = ring_topology([1, 2, 3], 3, electorate_size=2, electorate_preference=[2, 1])
+    assert {shard.electorate for shard in topology.shards} == {frozenset({1, 2})}
+    # Without a preference: the first replicas in ring order, one electorate per rotation.
+    plain = ring_topology([1, 2, 3], 3, shards_per_node=1, electorate_size=2)
+    assert [shard.electorate for shard in plain.shards] == [
+        frozenset({1, 2}),
+        frozenset({2, 3}),
+        frozenset({3, 1}),
+    ]
+    with pytest.raises(ConfigurationError, match="electorate of 4"):
+        preferred_electorate((1, 2, 3), 4)
