@@ -13,14 +13,16 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   classes with their own constructors, so every invariant they check still holds.
   Transactions, results and writes arrive as ``msgspec.Raw``, with a bounded cache by their
   bytes: a replica receives the same transaction in PreAccept, Accept, Commit and Apply and
-  decodes it once. Results and writes go through the walk. A transaction's expressions,
+  decodes it once. A transaction's expressions,
   writes, predicates, slices and bounds are msgspec Structs (tagged by their kind), so a
   second typed decoder builds them directly; the transaction is vouched for only when its
   bytes are exactly what encoding the decoded parts gives back (a trailing field left off,
   which a default would fill, or an integer in a wider form goes to the walk), when every
   value passes the walk's checks (see ``Value`` below) and every expression is within
-  :data:`MAX_EXPR_DEPTH`. The bytes it was vouched for are remembered as its encoding, so
-  a replica journals what it received without encoding it.
+  :data:`MAX_EXPR_DEPTH`. Writes and results are decoded likewise through mirrors of
+  ``WriteOp`` and ``TxnResult`` (a result holding a ``PartitionRead`` goes to the walk).
+  The bytes a part was vouched for are remembered as its encoding, so a replica journals
+  what it received without encoding it again.
 * **Anything the fast path refuses** (any msgspec error, a RecursionError from hostile
   nesting, an invariant a constructor checks, a key twice in Deps) is handed to the walk,
   which names the problem and where (``Apply.route.keys[1]``) exactly as before, or decodes
@@ -37,8 +39,7 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   ``object``, which msgspec decodes untyped; :func:`_wire_value` then turns every list into
   a tuple and refuses what the walk's ``_value`` refuses (another type, an integer outside
   64 bits, tuples deeper than :data:`MAX_VALUE_DEPTH`), and the struct's own checks run
-  again on the tuples (``_settle``). Read answers, results and writes still meet values
-  only in the walk. A ``float`` travels as msgpack float64, which msgspec and msgpack both
+  again on the tuples (``_settle``). Read answers still meet values only in the walk. A ``float`` travels as msgpack float64, which msgspec and msgpack both
   write.
 
 Limits: input and output at most :data:`MAX_MESSAGE_BYTES`; values :data:`MAX_VALUE_DEPTH`
@@ -100,6 +101,7 @@ from accord.primitives import (
     Update,
     Write,
     WriteOp,
+    WriteScope,
 )
 from accord.primitives.timestamp import Int64
 
@@ -370,6 +372,82 @@ def _fast_txn(data: bytes) -> Txn:
     return Txn(wire.reads, update, returns)
 
 
+class _WireWriteOp(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A computed write as it travels: the version-2 fields, then those version 3 added,
+    left off from the last one still at its default."""
+
+    key: Key
+    value: object
+    delete: bool
+    scope: WriteScope = WriteScope.ROW
+    clustering: tuple[object, ...] = ()
+    lower: Bound | None = None
+    upper: Bound | None = None
+    ttl: Int64 | None = None
+
+
+_WRITE_OP_DEFAULTS: Final = (WriteScope.ROW, (), None, None, None)
+_WRITE_OPS_DECODER: Final = msgspec.msgpack.Decoder(tuple[_WireWriteOp, ...])
+
+
+def _write_op_fields(op: _WireWriteOp) -> tuple[object, ...]:
+    fields = msgspec.structs.astuple(op)
+    length = len(fields)
+    while length > 3 and fields[length - 1] == _WRITE_OP_DEFAULTS[length - 4]:
+        length -= 1
+    return fields if length == len(fields) else fields[:length]
+
+
+def _fast_write_ops(data: bytes) -> tuple[WriteOp, ...]:
+    """Computed writes by msgspec's typed decoding, vouched for as :func:`_fast_txn`
+    vouches for a transaction."""
+    wire = _WRITE_OPS_DECODER.decode(data)
+    if _ENCODER.encode([_write_op_fields(op) for op in wire]) != data:
+        raise _Refused
+    ops = []
+    for op in wire:
+        _wire_bound(op.lower)
+        _wire_bound(op.upper)
+        ops.append(
+            WriteOp(
+                op.key,
+                _wire_value(op.value),
+                op.delete,
+                op.scope,
+                _wire_clustering(op.clustering),
+                op.lower,
+                op.upper,
+                op.ttl,
+            )
+        )
+    return tuple(ops)
+
+
+class _WireResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A client result as it travels (``returned``, of version 3, left off when empty).
+    A read that is a ``PartitionRead`` (three elements) is refused here: the walk has it."""
+
+    reads: tuple[tuple[Key, object], ...]
+    applied: bool
+    error: str | None = None
+    returned: tuple[object, ...] = ()
+
+
+_RESULT_DECODER: Final = msgspec.msgpack.Decoder(_WireResult)
+
+
+def _fast_result(data: bytes) -> TxnResult:
+    """A client result by msgspec's typed decoding, vouched for as :func:`_fast_txn`
+    vouches for a transaction."""
+    wire = _RESULT_DECODER.decode(data)
+    returned = wire.returned
+    fields = (wire.reads, wire.applied, wire.error)
+    if _ENCODER.encode((*fields, returned) if returned else fields) != data:
+        raise _Refused
+    reads = tuple([(key, _wire_value(value)) for key, value in wire.reads])
+    return TxnResult(reads, wire.applied, wire.error, tuple([_wire_value(v) for v in returned]))
+
+
 _ROUTE_WIRE: Final = tuple[Key, tuple[Key, ...]]
 _FIELDS: Final[Mapping[object, _Field]] = {
     int: (Int64, _is_int, None, None),
@@ -384,11 +462,11 @@ _FIELDS: Final[Mapping[object, _Field]] = {
     Deps: (_WIRE_DEPS, _exactly(Deps), None, _deps),
     Txn: _part(walk._TXN, _exactly(Txn), False, _fast_txn),
     Txn | None: _part(walk._TXN, _exactly(Txn, optional=True), True, _fast_txn),
-    TxnResult: _part(walk._RESULT, _exactly(TxnResult), False),
-    TxnResult | None: _part(walk._RESULT, _exactly(TxnResult, optional=True), True),
-    tuple[WriteOp, ...]: _part(walk._WRITE_OPS, _is_tuple, False),
+    TxnResult: _part(walk._RESULT, _exactly(TxnResult), False, _fast_result),
+    TxnResult | None: _part(walk._RESULT, _exactly(TxnResult, optional=True), True, _fast_result),
+    tuple[WriteOp, ...]: _part(walk._WRITE_OPS, _is_tuple, False, _fast_write_ops),
     tuple[WriteOp, ...] | None: _part(
-        walk._WRITE_OPS, lambda v: v is None or type(v) is tuple, True
+        walk._WRITE_OPS, lambda v: v is None or type(v) is tuple, True, _fast_write_ops
     ),
     # Read answers: not cached (each replica's differ); values checked by the walk.
     tuple[tuple[Key, object], ...]: (

@@ -52,6 +52,7 @@ from accord.primitives import (
     TxnResult,
     Update,
     WriteOp,
+    WriteScope,
 )
 
 SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -373,3 +374,81 @@ def test_an_integer_in_a_wider_form_decodes_as_the_walk_decodes_it() -> None:
     assert identical(decoded, PreAccept(1, TS, txn, ROUTE))
     # Not its encoding, so not what the codec sends for it.
     assert codec.encode_message(decoded) == data
+
+
+EVERY_WRITE = (
+    WriteOp(KEY, (1, (2.5, b"x"), "s", None, True)),
+    WriteOp(KEY, None, delete=True),
+    WriteOp(KEY, (3,), clustering=(1, ("a", -2.0)), ttl=60),
+    WriteOp(KEY, ("static",), scope=WriteScope.STATIC),
+    WriteOp(KEY, None, True, WriteScope.RANGE, ((1,),), Bound((2, 3), False), Bound(9.5)),
+    WriteOp(KEY, None, delete=True, scope=WriteScope.PARTITION),
+)
+EVERY_RESULT = TxnResult(((KEY, (1, ("a", b"b"))), (Key(7, "z"), None)), True, None, (2.5, ()))
+
+
+def _parts() -> list[Any]:
+    return [codec._FIELDS[cls][3].__self__ for cls in (Txn, tuple[WriteOp, ...], TxnResult)]
+
+
+def test_writes_and_results_decode_without_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> None:
+        raise AssertionError("the walk was used")
+
+    for result in (EVERY_RESULT, TxnResult(((KEY, 1),), False, "no")):
+        apply = Apply(1, TS, EVERY_KIND, ROUTE, TS, Deps({KEY: [TS]}), EVERY_WRITE, result)
+        data = walk.encode_message(apply)
+        expected = walk.decode_message(data)
+        with monkeypatch.context() as patch:
+            for part in _parts():
+                part.decoded.clear()
+                patch.setattr(part, "codec", walk._Codec(refuse, refuse))
+            decoded = codec.decode_message(data)
+            assert identical(decoded, expected)
+            assert identical(decoded, apply)
+            assert codec.encode_message(decoded) == data
+
+
+def _apply_wire() -> list[Any]:
+    apply = Apply(1, TS, EVERY_KIND, ROUTE, TS, Deps(), EVERY_WRITE, EVERY_RESULT)
+    wire = msgpack.unpackb(walk.encode_message(apply), raw=False, strict_map_key=False)
+    assert isinstance(wire, list)
+    return wire
+
+
+def _apply_mutated(edit: Any) -> bytes:
+    wire = _apply_wire()
+    edit(wire)
+    return _packed(wire)
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        # A version-3 field left at its default where the walk would have left it off.
+        (_apply_mutated(lambda w: w[7][0].append(0)), None),
+        (_apply_mutated(lambda w: w[8].__setitem__(3, [])), None),
+        # Fields the version-2 form never leaves off.
+        (_apply_mutated(lambda w: w[7][1].pop()), "expected WriteOp of 3 to 8 elements"),
+        (_apply_mutated(lambda w: w[8].__delitem__(slice(2, None))), "of 3 to 4 elements"),
+        # Values the walk refuses.
+        (_apply_mutated(lambda w: w[7][0].__setitem__(1, 2**64 - 1)), "signed 64-bit"),
+        (_apply_mutated(lambda w: w[8][0][0].__setitem__(1, {"a": 1})), "dict is not"),
+        (_apply_mutated(lambda w: w[8][3].__setitem__(0, [2**63])), "signed 64-bit"),
+        # A write's own invariant, on values that were lists when msgspec built them.
+        (_apply_mutated(lambda w: w[7][2][4].__setitem__(0, [math.nan])), "NaN"),
+        (_apply_mutated(lambda w: w[7][0].append(int(WriteScope.RANGE))), "must be a delete"),
+    ],
+)
+def test_writes_and_results_the_fast_path_cannot_vouch_for_have_the_walks_outcome(
+    data: bytes, problem: str | None
+) -> None:
+    same_outcome(data)
+    if problem is None:
+        decoded = codec.decode_message(data)
+        assert identical(decoded, walk.decode_message(data))
+        # Bytes not in the walk's form are never remembered as the decoded value's form.
+        assert codec.encode_message(decoded) == walk.encode_message(decoded) != data
+    else:
+        with pytest.raises(CodecError, match=re.escape(problem)):
+            codec.decode_message(data)
