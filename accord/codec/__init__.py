@@ -39,8 +39,8 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   ``object``, which msgspec decodes untyped; :func:`_wire_value` then turns every list into
   a tuple and refuses what the walk's ``_value`` refuses (another type, an integer outside
   64 bits, tuples deeper than :data:`MAX_VALUE_DEPTH`), and the struct's own checks run
-  again on the tuples (``_settle``). Read answers still meet values only in the walk. A ``float`` travels as msgpack float64, which msgspec and msgpack both
-  write.
+  again on the tuples (``_settle``). Read answers still meet values only in the walk. A
+  ``float`` travels as msgpack float64, which msgspec and msgpack both write.
 
 Limits: input and output at most :data:`MAX_MESSAGE_BYTES`; values :data:`MAX_VALUE_DEPTH`
 tuples deep; expressions :data:`MAX_EXPR_DEPTH` deep; integers signed 64-bit. Every failure
