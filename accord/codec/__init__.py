@@ -11,10 +11,18 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   signed 64-bit integers (:data:`~accord.primitives.timestamp.Int64`, also on the fields of
   ``Timestamp`` and ``Key``) are all checked there, and the result is built into the real
   classes with their own constructors, so every invariant they check still holds.
-  Transactions, results and writes (whose expressions, values and operator codes msgspec
-  cannot type: see ``Value`` below) arrive as ``msgspec.Raw`` and go through the walk, with
-  a bounded cache by their bytes: a replica receives the same transaction in PreAccept,
-  Accept, Commit and Apply and decodes it once.
+  Transactions, results and writes arrive as ``msgspec.Raw``, with a bounded cache by their
+  bytes: a replica receives the same transaction in PreAccept, Accept, Commit and Apply and
+  decodes it once. A transaction's expressions,
+  writes, predicates, slices and bounds are msgspec Structs (tagged by their kind), so a
+  second typed decoder builds them directly; the transaction is vouched for only when its
+  bytes are exactly what encoding the decoded parts gives back (a trailing field left off,
+  which a default would fill, or an integer in a wider form goes to the walk), when every
+  value passes the walk's checks (see ``Value`` below) and every expression is within
+  :data:`MAX_EXPR_DEPTH`. Writes and results are decoded likewise through mirrors of
+  ``WriteOp`` and ``TxnResult`` (a result holding a ``PartitionRead`` goes to the walk).
+  The bytes a part was vouched for are remembered as its encoding, so a replica journals
+  what it received without encoding it again.
 * **Anything the fast path refuses** (any msgspec error, a RecursionError from hostile
   nesting, an invariant a constructor checks, a key twice in Deps) is handed to the walk,
   which names the problem and where (``Apply.route.keys[1]``) exactly as before, or decodes
@@ -25,13 +33,14 @@ accepts exactly the bytes that walk does, but does the work in msgspec's C code:
   and writes as ``msgspec.Raw`` produced by the walk, cached by object identity (they are
   immutable and sent to every replica); anything it cannot vouch for goes to the walk, which
   refuses it with the same error as before.
-* ``Value`` (None, bool, int, str, bytes, tuples of values) is the one type msgspec cannot
-  express: its unions cannot hold both ``str`` and ``bytes``, and an untyped msgspec decode
-  turns arrays into lists. Values therefore never reach msgspec's typed decoding: they are
-  only found inside the ``Raw`` parts, which the walk decodes with ``use_list=False`` and
-  checks exactly (types, depth :data:`MAX_VALUE_DEPTH`, 64-bit range), as it always did.
-  Which types a value may hold is the walk's ``_value`` alone: a ``float`` it accepts
-  travels as msgpack float64, which msgspec and msgpack both write.
+* ``Value`` (None, bool, int, float, str, bytes, tuples of values) is the one type msgspec
+  cannot express: its unions cannot hold both ``str`` and ``bytes`` (nor two array types),
+  and an untyped msgspec decode turns arrays into lists. In the structs a value is typed
+  ``object``, which msgspec decodes untyped; :func:`_wire_value` then turns every list into
+  a tuple and refuses what the walk's ``_value`` refuses (another type, an integer outside
+  64 bits, tuples deeper than :data:`MAX_VALUE_DEPTH`), and the struct's own checks run
+  again on the tuples (``_settle``). Read answers still meet values only in the walk. A
+  ``float`` travels as msgpack float64, which msgspec and msgpack both write.
 
 Limits: input and output at most :data:`MAX_MESSAGE_BYTES`; values :data:`MAX_VALUE_DEPTH`
 tuples deep; expressions :data:`MAX_EXPR_DEPTH` deep; integers signed 64-bit. Every failure
@@ -63,20 +72,43 @@ from accord.codec.walk import (
 from accord.invariants import AccordError
 from accord.messages import Envelope, Message
 from accord.primitives import (
+    BinOp,
+    Bound,
+    Const,
+    CountOf,
+    Delete,
+    DeletePartition,
+    DeleteRange,
+    DeleteRow,
     Deps,
+    Expr,
+    Item,
     Key,
+    MakeTuple,
+    Put,
+    PutRow,
+    PutStatic,
+    ReadOf,
     Route,
+    RowOf,
+    Slice,
+    SliceOf,
+    StaticOf,
     Status,
     Timestamp,
     Txn,
     TxnResult,
+    Update,
+    Write,
     WriteOp,
+    WriteScope,
 )
 from accord.primitives.timestamp import Int64
 
 _NIL: Final = b"\xc0"
 _CACHE_ENTRIES: Final = 4096
 """Most transactions (results, writes) each cache holds before it starts afresh."""
+_CACHES: Final[dict[int, tuple[dict[int, tuple[object, msgspec.Raw]], dict[bytes, object]]]] = {}
 
 # ---------------------------------------------------------------------------- embedded parts
 
@@ -91,13 +123,22 @@ _ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
 class _Part:
-    """A field type msgspec carries as ``Raw``: the walk encodes and decodes it, cached."""
+    """A field type msgspec carries as ``Raw``: the walk encodes it, ``fast`` (when given)
+    or else the walk decodes it, each cached. Whatever ``fast`` refuses the walk decodes,
+    and names the problem of if it refuses it too."""
 
-    def __init__(self, codec: walk._Codec[Any], optional: bool) -> None:
+    def __init__(
+        self,
+        codec: walk._Codec[Any],
+        optional: bool,
+        fast: Callable[[bytes], object] | None = None,
+    ) -> None:
         self.codec = codec
         self.optional = optional
-        self.encoded: dict[int, tuple[object, msgspec.Raw]] = {}
-        self.decoded: dict[bytes, object] = {}
+        self.fast = fast
+        # One pair of caches per codec, shared by its optional and required parts, since a
+        # transaction decoded from a PreAccept is journaled in a record's optional field.
+        self.encoded, self.decoded = _CACHES.setdefault(id(codec), ({}, {}))
 
     def encode(self, value: object) -> object:
         if value is None and self.optional:
@@ -106,11 +147,14 @@ class _Part:
         if hit is not None and hit[0] is value:
             return hit[1]
         raw = msgspec.Raw(_ENCODER.encode(self.codec.encode(value)))
+        self._remember(value, raw)
+        return raw
+
+    def _remember(self, value: object, raw: msgspec.Raw) -> None:
         if len(self.encoded) >= _CACHE_ENTRIES:
             self.encoded.clear()
         # Holding the value keeps its id from being reused while the entry lives.
         self.encoded[id(value)] = (value, raw)
-        return raw
 
     def decode(self, raw: msgspec.Raw) -> object:
         data = bytes(raw)
@@ -119,7 +163,18 @@ class _Part:
         hit = self.decoded.get(data)
         if hit is not None:
             return hit
-        value = self.codec.decode(walk._unpack(data))
+        value = None
+        if self.fast is not None:
+            try:
+                value = self.fast(data)
+            except _REFUSED:
+                value = None
+            else:
+                # ``fast`` vouches only for bytes that are exactly the value's encoding, so
+                # sending or journaling what arrived needs no encoding at all.
+                self._remember(value, msgspec.Raw(data))
+        if value is None:
+            value = self.codec.decode(walk._unpack(data))
         if len(self.decoded) >= _CACHE_ENTRIES:
             self.decoded.clear()
         self.decoded[data] = value
@@ -159,8 +214,13 @@ def _route_wire(route: Route | None) -> object:
 _Field = tuple[object, Callable[[object], bool], Callable[[Any], object] | None, Any]
 
 
-def _part(codec: walk._Codec[Any], check: Callable[[object], bool], optional: bool) -> _Field:
-    part = _Part(codec, optional)
+def _part(
+    codec: walk._Codec[Any],
+    check: Callable[[object], bool],
+    optional: bool,
+    fast: Callable[[bytes], object] | None = None,
+) -> _Field:
+    part = _Part(codec, optional, fast)
     # Not ``Raw | None``: msgspec's unions take no Raw, so an absent part is a Raw nil.
     return (msgspec.Raw, check, part.encode, part.decode)
 
@@ -171,6 +231,221 @@ def _is_tuple(value: object) -> bool:
 
 def _are_timestamps(value: object) -> bool:
     return type(value) is tuple and all(type(item) is Timestamp for item in value)
+
+
+# ---------------------------------------------------------------------------- transactions
+
+
+class _WireTxn(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A transaction as it travels: ``update`` has no default, so ``[reads]`` is refused
+    as the walk refuses it; ``returns`` (codec version 3) may be left off."""
+
+    reads: tuple[Key, ...]
+    update: Update | None
+    returns: tuple[Expr, ...] = ()
+
+
+_TXN_DECODER: Final = msgspec.msgpack.Decoder(_WireTxn)
+_SCALARS: Final = frozenset({type(None), bool, str, bytes, float})
+
+
+class _Refused(Exception):
+    """The fast path will not vouch for these bytes: the walk decides (and names why)."""
+
+
+def _wire_value(value: object, depth: int = 0) -> object:
+    """``value`` as the walk would decode it: a decoded array (a list) becomes a tuple;
+    the same kinds, 64-bit range and :data:`MAX_VALUE_DEPTH` as the walk's ``_value``."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is int:
+        if not INT64_MIN <= cast("int", value) <= INT64_MAX:
+            raise _Refused
+        return value
+    if kind is list or kind is tuple:
+        if depth >= MAX_VALUE_DEPTH:
+            raise _Refused
+        return tuple([_wire_value(item, depth + 1) for item in cast("list[object]", value)])
+    raise _Refused
+
+
+def _wire_clustering(values: tuple[object, ...]) -> tuple[object, ...]:
+    for item in values:
+        if type(item) not in _SCALARS:
+            break
+    else:
+        return values  # the usual case: nothing to check beyond the types
+    return tuple([_wire_value(item) for item in values])
+
+
+def _settle(node: Any, **fields: object) -> None:
+    """Put the walk's form of decoded values into ``node`` (only the decoder holds it yet)
+    and, if anything changed, run its own checks again on what it now holds."""
+    changed = False
+    for name, value in fields.items():
+        if value is not getattr(node, name):
+            msgspec.structs.force_setattr(node, name, value)
+            changed = True
+    if changed and hasattr(node, "__post_init__"):
+        node.__post_init__()
+
+
+def _wire_bound(bound: Bound | None) -> None:
+    if bound is not None:
+        _settle(bound, value=_wire_value(bound.value))
+
+
+def _wire_slice(selected: Slice) -> None:
+    _wire_bound(selected.lower)
+    _wire_bound(selected.upper)
+    _settle(selected, prefix=_wire_clustering(selected.prefix))
+
+
+def _wire_expr(expr: object, depth: int = 0) -> None:
+    """Check a decoded expression as the walk would: depth, then every value in it."""
+    if depth >= MAX_EXPR_DEPTH:
+        raise _Refused
+    kind = type(expr)
+    if kind is BinOp:
+        binop = cast("BinOp", expr)
+        _wire_expr(binop.left, depth + 1)
+        _wire_expr(binop.right, depth + 1)
+    elif kind is Const:
+        _settle(expr, value=_wire_value(cast("Const", expr).value))
+    elif kind is ReadOf:
+        _settle(expr, default=_wire_value(cast("ReadOf", expr).default))
+    elif kind is Item:
+        _wire_expr(cast("Item", expr).value, depth + 1)
+    elif kind is MakeTuple:
+        for item in cast("MakeTuple", expr).items:
+            _wire_expr(item, depth + 1)
+    elif kind is RowOf:
+        row = cast("RowOf", expr)
+        _settle(row, clustering=_wire_clustering(row.clustering), default=_wire_value(row.default))
+    elif kind is SliceOf or kind is CountOf:
+        _wire_slice(cast("SliceOf", expr).slice)
+    elif kind is not StaticOf:
+        raise _Refused
+
+
+def _wire_write(write: Write) -> None:
+    kind = type(write)
+    if kind is Put or kind is PutStatic:
+        _wire_expr(cast("Put", write).value)
+    elif kind is PutRow:
+        row = cast("PutRow", write)
+        _settle(row, clustering=_wire_clustering(row.clustering))
+        _wire_expr(row.value)
+    elif kind is DeleteRow:
+        deleted = cast("DeleteRow", write)
+        _settle(deleted, clustering=_wire_clustering(deleted.clustering))
+    elif kind is DeleteRange:
+        ranged = cast("DeleteRange", write)
+        _wire_bound(ranged.lower)
+        _wire_bound(ranged.upper)
+        _settle(ranged, prefix=_wire_clustering(ranged.prefix))
+    elif kind is not Delete and kind is not DeletePartition:
+        raise _Refused
+
+
+def _fast_txn(data: bytes) -> Txn:
+    """A transaction by msgspec's typed decoding straight into its expression and write
+    structs, vouched for only if the bytes are exactly what encoding it gives back (so
+    a trailing field left off, which a struct's default would fill, an operator spelled
+    as a string or an integer in a wider form than needed all go to the walk), and every
+    value and depth is what the walk accepts."""
+    wire = _TXN_DECODER.decode(data)
+    update, returns = wire.update, wire.returns
+    canonical = (wire.reads, update, returns) if returns else (wire.reads, update)
+    if _ENCODER.encode(canonical) != data:
+        raise _Refused
+    for expr in returns:
+        _wire_expr(expr)
+    if update is not None:
+        for write in update.writes:
+            _wire_write(write)
+        for predicate in update.condition:
+            _wire_expr(predicate.left)
+            if predicate.right is not None:
+                _wire_expr(predicate.right)
+    return Txn(wire.reads, update, returns)
+
+
+class _WireWriteOp(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A computed write as it travels: the version-2 fields, then those version 3 added,
+    left off from the last one still at its default."""
+
+    key: Key
+    value: object
+    delete: bool
+    scope: WriteScope = WriteScope.ROW
+    clustering: tuple[object, ...] = ()
+    lower: Bound | None = None
+    upper: Bound | None = None
+    ttl: Int64 | None = None
+
+
+_WRITE_OP_DEFAULTS: Final = (WriteScope.ROW, (), None, None, None)
+_WRITE_OPS_DECODER: Final = msgspec.msgpack.Decoder(tuple[_WireWriteOp, ...])
+
+
+def _write_op_fields(op: _WireWriteOp) -> tuple[object, ...]:
+    fields = msgspec.structs.astuple(op)
+    length = len(fields)
+    while length > 3 and fields[length - 1] == _WRITE_OP_DEFAULTS[length - 4]:
+        length -= 1
+    return fields if length == len(fields) else fields[:length]
+
+
+def _fast_write_ops(data: bytes) -> tuple[WriteOp, ...]:
+    """Computed writes by msgspec's typed decoding, vouched for as :func:`_fast_txn`
+    vouches for a transaction."""
+    wire = _WRITE_OPS_DECODER.decode(data)
+    if _ENCODER.encode([_write_op_fields(op) for op in wire]) != data:
+        raise _Refused
+    ops = []
+    for op in wire:
+        _wire_bound(op.lower)
+        _wire_bound(op.upper)
+        ops.append(
+            WriteOp(
+                op.key,
+                _wire_value(op.value),
+                op.delete,
+                op.scope,
+                _wire_clustering(op.clustering),
+                op.lower,
+                op.upper,
+                op.ttl,
+            )
+        )
+    return tuple(ops)
+
+
+class _WireResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A client result as it travels (``returned``, of version 3, left off when empty).
+    A read that is a ``PartitionRead`` (three elements) is refused here: the walk has it."""
+
+    reads: tuple[tuple[Key, object], ...]
+    applied: bool
+    error: str | None = None
+    returned: tuple[object, ...] = ()
+
+
+_RESULT_DECODER: Final = msgspec.msgpack.Decoder(_WireResult)
+
+
+def _fast_result(data: bytes) -> TxnResult:
+    """A client result by msgspec's typed decoding, vouched for as :func:`_fast_txn`
+    vouches for a transaction."""
+    wire = _RESULT_DECODER.decode(data)
+    returned = wire.returned
+    fields = (wire.reads, wire.applied, wire.error)
+    if _ENCODER.encode((*fields, returned) if returned else fields) != data:
+        raise _Refused
+    reads = tuple([(key, _wire_value(value)) for key, value in wire.reads])
+    return TxnResult(reads, wire.applied, wire.error, tuple([_wire_value(v) for v in returned]))
 
 
 _ROUTE_WIRE: Final = tuple[Key, tuple[Key, ...]]
@@ -185,13 +460,13 @@ _FIELDS: Final[Mapping[object, _Field]] = {
     Route: (_ROUTE_WIRE, _exactly(Route), _route_wire, _route),
     Route | None: (_ROUTE_WIRE | None, _exactly(Route, optional=True), _route_wire, _route),
     Deps: (_WIRE_DEPS, _exactly(Deps), None, _deps),
-    Txn: _part(walk._TXN, _exactly(Txn), False),
-    Txn | None: _part(walk._TXN, _exactly(Txn, optional=True), True),
-    TxnResult: _part(walk._RESULT, _exactly(TxnResult), False),
-    TxnResult | None: _part(walk._RESULT, _exactly(TxnResult, optional=True), True),
-    tuple[WriteOp, ...]: _part(walk._WRITE_OPS, _is_tuple, False),
+    Txn: _part(walk._TXN, _exactly(Txn), False, _fast_txn),
+    Txn | None: _part(walk._TXN, _exactly(Txn, optional=True), True, _fast_txn),
+    TxnResult: _part(walk._RESULT, _exactly(TxnResult), False, _fast_result),
+    TxnResult | None: _part(walk._RESULT, _exactly(TxnResult, optional=True), True, _fast_result),
+    tuple[WriteOp, ...]: _part(walk._WRITE_OPS, _is_tuple, False, _fast_write_ops),
     tuple[WriteOp, ...] | None: _part(
-        walk._WRITE_OPS, lambda v: v is None or type(v) is tuple, True
+        walk._WRITE_OPS, lambda v: v is None or type(v) is tuple, True, _fast_write_ops
     ),
     # Read answers: not cached (each replica's differ); values checked by the walk.
     tuple[tuple[Key, object], ...]: (
@@ -305,7 +580,14 @@ def _checked_input(data: bytes) -> None:
 
 
 # Whatever the fast path may meet on hostile input; each sends the input to the walk.
-_REFUSED: Final = (msgspec.MsgspecError, AccordError, ValueError, TypeError, RecursionError)
+_REFUSED: Final = (
+    msgspec.MsgspecError,
+    AccordError,
+    ValueError,
+    TypeError,
+    RecursionError,
+    _Refused,
+)
 
 
 def _encoded(wire: Callable[[], list[object] | None]) -> bytes | None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from enum import IntEnum
 from typing import Any, Final, Generic, TypeVar, cast, get_args, get_type_hints
 
 import msgpack
@@ -50,6 +51,7 @@ from accord.messages import Envelope, Message
 from accord.primitives import (
     BinOp,
     Bound,
+    Comparison,
     Const,
     CountOf,
     Delete,
@@ -61,6 +63,7 @@ from accord.primitives import (
     Item,
     Key,
     MakeTuple,
+    Operator,
     PartitionRead,
     Predicate,
     Put,
@@ -393,15 +396,21 @@ _ROUTE: Final = _struct(Route, home_key=_KEY, keys=_KEYS)
 # ---------------------------------------------------------------------------- transactions
 
 
-def _operators(names: tuple[str, ...], what: str) -> _Codec[Any]:
-    """Operators as their positions in ``names`` (append only: codes are durable)."""
-    codes = {name: code for code, name in enumerate(names)}
+def _operators(members: type[IntEnum], names: tuple[str, ...], what: str) -> _Codec[Any]:
+    """Operators as their codes, the values of ``members`` and positions in ``names``
+    (append only: codes are durable). An expression holds the member (its constructor
+    turns a symbol into one); decoding gives the symbol, which the constructor turns back."""
+    check_state(
+        [m.value for m in members] == list(range(len(names)))
+        and [getattr(m, "symbol", None) for m in members] == list(names),
+        "%s codes and symbols disagree",
+        what,
+    )
 
     def encode(op: object) -> int:
-        code = codes.get(op) if type(op) is str else None
-        if code is None:
+        if type(op) is not members:
             raise CodecError(f"unknown {what} {op!r}")
-        return code
+        return int(op)
 
     def decode(wire: object) -> str:
         if type(wire) is not int or not 0 <= wire < len(names):
@@ -411,8 +420,10 @@ def _operators(names: tuple[str, ...], what: str) -> _Codec[Any]:
     return _Codec(encode, decode)
 
 
-_BINARY: Final = _operators(("+", "-", "concat"), "operator")
-_COMPARE: Final = _operators(("=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"), "comparison")
+_BINARY: Final = _operators(Operator, ("+", "-", "concat"), "operator")
+_COMPARE: Final = _operators(
+    Comparison, ("=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"), "comparison"
+)
 _CONST, _READ_OF, _BIN_OP, _ITEM, _MAKE_TUPLE = 0, 1, 2, 3, 4
 _ROW_OF, _SLICE_OF, _COUNT_OF, _STATIC_OF = 5, 6, 7, 8
 _PUT, _DELETE, _PUT_ROW, _PUT_STATIC, _DELETE_ROW, _DELETE_RANGE, _DELETE_PARTITION = range(7)

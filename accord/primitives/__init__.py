@@ -38,6 +38,7 @@ from accord.primitives.timestamp import (
 )
 from accord.primitives.txn import (
     BinOp,
+    Comparison,
     Const,
     CountOf,
     Delete,
@@ -47,6 +48,7 @@ from accord.primitives.txn import (
     Expr,
     Item,
     MakeTuple,
+    Operator,
     Predicate,
     Put,
     PutRow,
@@ -77,6 +79,7 @@ __all__ = [
     "BinOp",
     "Bound",
     "Clustering",
+    "Comparison",
     "Const",
     "CountOf",
     "Delete",
@@ -91,6 +94,7 @@ __all__ = [
     "Kind",
     "MakeTuple",
     "MemoryPartitions",
+    "Operator",
     "PartitionRead",
     "Predicate",
     "Put",

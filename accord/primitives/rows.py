@@ -33,9 +33,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias, cast
 
+import msgspec
+
 from accord.invariants import InvalidTransaction
 from accord.primitives.keys import Key
-from accord.primitives.timestamp import Timestamp
+from accord.primitives.timestamp import Int64, Timestamp
 
 Value: TypeAlias = object
 Clustering: TypeAlias = tuple[Value, ...]
@@ -49,8 +51,7 @@ MAX_TTL_SECONDS = 630_720_000
 MAX_CLUSTERING_COLUMNS = 64
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Bound:
+class Bound(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One end of a clustering range on the column after a slice's prefix.
 
     Equal to another bound only when their values are one value in clustering order
@@ -69,6 +70,8 @@ class Bound:
 
 
 def _check_clustering(values: Clustering, what: str) -> None:
+    if values == () and type(values) is tuple:
+        return  # most rows: a partition without clustering columns
     if type(values) is not tuple:
         raise InvalidTransaction(f"{what} must be a tuple, got {type(values).__name__}")
     if len(values) > MAX_CLUSTERING_COLUMNS:
@@ -114,8 +117,7 @@ def _check_bounds(lower: Bound | None, upper: Bound | None) -> None:
 # reads each once, and a result answers the selection that asked for it, not its look-alike.
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class RowAt:
+class RowAt(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """The row at clustering key ``clustering`` (``()``: a single-row partition's row)."""
 
     key: Key
@@ -137,8 +139,7 @@ class RowAt:
         return hash((self.key, self.clustering))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Slice:
+class Slice(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """Rows whose clustering key starts with ``prefix`` and whose next clustering value lies
     within ``lower``/``upper`` (each optional, inclusive or not), in clustering order or
     ``reverse``, at most ``limit`` of them."""
@@ -148,7 +149,7 @@ class Slice:
     lower: Bound | None = None
     upper: Bound | None = None
     reverse: bool = False
-    limit: int | None = None
+    limit: Int64 | None = None
 
     def __post_init__(self) -> None:
         _check_clustering(self.prefix, "a slice's clustering prefix")
@@ -177,8 +178,7 @@ class Slice:
         return hash((self.key, self.prefix, self.lower, self.upper, self.reverse, self.limit))
 
 
-@dataclass(frozen=True, slots=True)
-class StaticAt:
+class StaticAt(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """The partition's static row."""
 
     key: Key

@@ -24,6 +24,12 @@ only row the simulator and Maelstrom use). :class:`RowOf`, :class:`SliceOf`,
 written at executeAt E with TTL t is visible to a transaction at executeAt X iff
 ``X.hlc < E.hlc + t`` seconds, so two executions of one read never disagree.
 
+Expressions, predicates, writes and updates are frozen ``msgspec.Struct`` s laid out as their
+wire form (``array_like``, each kind tagged with its wire code), so :mod:`accord.codec`
+decodes a transaction straight into them; they compare and hash field by field like the
+frozen dataclasses they were. An operator is held as its :class:`Operator` or
+:class:`Comparison` member, whose value is its wire code, whether given so or as its symbol.
+
 Within one transaction every write lands with the same timestamp, so, as in Cassandra, a
 range or partition deletion beside a row write it covers wins; two writes of one row keep
 the later in ``Update.writes`` order.
@@ -35,7 +41,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, TypeVar, cast
+
+import msgspec
 
 from accord.invariants import InvalidTransaction
 from accord.primitives.keys import Key
@@ -55,7 +63,9 @@ from accord.primitives.rows import (
     read_results,
     same_value,
 )
-from accord.primitives.timestamp import Kind
+from accord.primitives.timestamp import Int64, Kind
+
+_M = TypeVar("_M", bound=IntEnum)
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -70,47 +80,103 @@ COMPARE_OPERATORS: frozenset[str] = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Const:
+class Operator(IntEnum):
+    """A :class:`BinOp`'s operator. Its value is its wire code (durable: never renumber);
+    a ``BinOp`` built from the operator's symbol holds the member."""
+
+    PLUS = 0
+    MINUS = 1
+    CONCAT = 2
+
+    @property
+    def symbol(self) -> BinaryOperator:
+        return _OPERATOR_SYMBOLS[self]
+
+
+class Comparison(IntEnum):
+    """A :class:`Predicate`'s comparison; its value is its wire code (never renumber)."""
+
+    EQ = 0
+    NE = 1
+    LT = 2
+    LE = 3
+    GT = 4
+    GE = 5
+    IS_NULL = 6
+    NOT_NULL = 7
+
+    @property
+    def symbol(self) -> CompareOperator:
+        return _COMPARISON_SYMBOLS[self]
+
+
+_OPERATOR_SYMBOLS: tuple[BinaryOperator, ...] = ("+", "-", "concat")
+_COMPARISON_SYMBOLS: tuple[CompareOperator, ...] = (
+    "=",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "is_null",
+    "not_null",
+)
+_OPERATORS: dict[object, Operator] = {s: Operator(i) for i, s in enumerate(_OPERATOR_SYMBOLS)}
+_COMPARISONS: dict[object, Comparison] = {
+    s: Comparison(i) for i, s in enumerate(_COMPARISON_SYMBOLS)
+}
+
+
+def _member(op: object, members: dict[object, _M], what: str) -> _M:
+    # A symbol (the API's spelling) or a member (what decoding yields); a bare int is
+    # neither, so code and symbol can never be confused.
+    if type(op) is str:
+        member = members.get(op)
+        if member is not None:
+            return member
+    elif type(op) in (Operator, Comparison) and op in members.values():
+        return op  # type: ignore[return-value]
+    raise InvalidTransaction(f"unknown {what} {op!r}")
+
+
+class Const(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=0):
     value: Value
 
 
-@dataclass(frozen=True, slots=True)
-class ReadOf:
+class ReadOf(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=1):
     """The value read at ``key``, or ``default`` when the key is absent."""
 
     key: Key
     default: Value = None
 
 
-@dataclass(frozen=True, slots=True)
-class BinOp:
-    op: BinaryOperator
+class BinOp(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=2):
+    """``left op right``; ``op`` is given as a symbol (``"+"``) or an :class:`Operator` and
+    held as the latter."""
+
+    op: Operator | BinaryOperator
     left: Expr
     right: Expr
 
     def __post_init__(self) -> None:
-        if self.op not in BINARY_OPERATORS:
-            raise InvalidTransaction(f"unknown operator {self.op!r}")
+        if type(self.op) is not Operator:
+            msgspec.structs.force_setattr(self, "op", _member(self.op, _OPERATORS, "operator"))
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=3):
     """Element ``index`` of a tuple value (a column of a row); None when absent."""
 
     value: Expr
-    index: int
+    index: Int64
 
 
-@dataclass(frozen=True, slots=True)
-class MakeTuple:
+class MakeTuple(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=4):
     """A tuple built from expressions (a row of columns)."""
 
     items: tuple[Expr, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RowOf:
+class RowOf(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=5):
     """The row at ``clustering`` of ``key``'s partition (a tuple of its regular columns), or
     ``default`` when absent."""
 
@@ -126,22 +192,19 @@ class RowOf:
         return RowAt(self.key, self.clustering)
 
 
-@dataclass(frozen=True, slots=True)
-class SliceOf:
+class SliceOf(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=6):
     """The rows of a slice: a tuple of ``(clustering, row)`` pairs in the order asked for."""
 
     slice: Slice
 
 
-@dataclass(frozen=True, slots=True)
-class CountOf:
+class CountOf(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=7):
     """How many rows a slice returns (0 when none: ``> 0`` tests existence)."""
 
     slice: Slice
 
 
-@dataclass(frozen=True, slots=True)
-class StaticOf:
+class StaticOf(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=8):
     """The partition's static row (a tuple of its static columns), or None."""
 
     key: Key
@@ -150,30 +213,29 @@ class StaticOf:
 Expr: TypeAlias = Const | ReadOf | BinOp | Item | MakeTuple | RowOf | SliceOf | CountOf | StaticOf
 
 
-@dataclass(frozen=True, slots=True)
-class Predicate:
+class Predicate(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """``left <op> right``; ``is_null``/``not_null`` take no right-hand side."""
 
-    op: CompareOperator
+    op: Comparison | CompareOperator
     left: Expr
     right: Expr | None = None
 
     def __post_init__(self) -> None:
-        if self.op not in COMPARE_OPERATORS:
-            raise InvalidTransaction(f"unknown comparison {self.op!r}")
-        unary = self.op in ("is_null", "not_null")
+        op = self.op
+        if type(op) is not Comparison:
+            op = _member(op, _COMPARISONS, "comparison")
+            msgspec.structs.force_setattr(self, "op", op)
+        unary = op is Comparison.IS_NULL or op is Comparison.NOT_NULL
         if unary != (self.right is None):
-            raise InvalidTransaction(f"comparison {self.op!r} has the wrong number of operands")
+            raise InvalidTransaction(f"comparison {op.symbol!r} has the wrong number of operands")
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
+class Put(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=0):
     key: Key
     value: Expr
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=1):
     key: Key
 
 
@@ -184,35 +246,32 @@ def _check_ttl(ttl: int | None) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PutRow:
+class PutRow(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=2):
     """Write every regular column of the row at ``clustering`` (``value``: their tuple);
     with ``ttl``, the row stops being visible ``ttl`` seconds after executeAt."""
 
     key: Key
     clustering: Clustering
     value: Expr
-    ttl: int | None = None
+    ttl: Int64 | None = None
 
     def __post_init__(self) -> None:
         _check_clustering(self.clustering, "a row's clustering key")
         _check_ttl(self.ttl)
 
 
-@dataclass(frozen=True, slots=True)
-class PutStatic:
+class PutStatic(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=3):
     """Write every static column of the partition (``value``: their tuple)."""
 
     key: Key
     value: Expr
-    ttl: int | None = None
+    ttl: Int64 | None = None
 
     def __post_init__(self) -> None:
         _check_ttl(self.ttl)
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteRow:
+class DeleteRow(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=4):
     key: Key
     clustering: Clustering
 
@@ -220,8 +279,7 @@ class DeleteRow:
         _check_clustering(self.clustering, "a row's clustering key")
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteRange:
+class DeleteRange(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=5):
     """Delete the rows a :class:`Slice` with this prefix and these bounds would match."""
 
     key: Key
@@ -234,8 +292,7 @@ class DeleteRange:
         _check_bounds(self.lower, self.upper)
 
 
-@dataclass(frozen=True, slots=True)
-class DeletePartition:
+class DeletePartition(msgspec.Struct, frozen=True, gc=False, array_like=True, tag=6):
     """Delete every row and the static row."""
 
     key: Key
@@ -244,8 +301,7 @@ class DeletePartition:
 Write: TypeAlias = Put | Delete | PutRow | PutStatic | DeleteRow | DeleteRange | DeletePartition
 
 
-@dataclass(frozen=True, slots=True)
-class Update:
+class Update(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """Writes applied only when every predicate in ``condition`` holds (AND)."""
 
     writes: tuple[Write, ...]
@@ -318,22 +374,31 @@ class TxnResult:
 
 
 def _expr_selections(expr: Expr | None, into: dict[Selection, None]) -> None:
-    if isinstance(expr, ReadOf):
-        into[RowAt(expr.key)] = None
-    elif isinstance(expr, RowOf):
-        into[expr.selection] = None
-    elif isinstance(expr, SliceOf | CountOf):
-        into[expr.slice] = None
-    elif isinstance(expr, StaticOf):
-        into[StaticAt(expr.key)] = None
-    elif isinstance(expr, BinOp):
-        _expr_selections(expr.left, into)
-        _expr_selections(expr.right, into)
-    elif isinstance(expr, Item):
-        _expr_selections(expr.value, into)
-    elif isinstance(expr, MakeTuple):
-        for item in expr.items:
+    # By exact type, constants first: the structs are final, and this runs for every
+    # transaction built or decoded.
+    kind = type(expr)
+    if kind is Const or expr is None:
+        return
+    if kind is ReadOf:
+        into[RowAt(cast("ReadOf", expr).key)] = None
+    elif kind is BinOp:
+        binop = cast("BinOp", expr)
+        _expr_selections(binop.left, into)
+        _expr_selections(binop.right, into)
+    elif kind is RowOf:
+        into[cast("RowOf", expr).selection] = None
+    elif kind is SliceOf or kind is CountOf:
+        into[cast("SliceOf", expr).slice] = None
+    elif kind is StaticOf:
+        into[StaticAt(cast("StaticOf", expr).key)] = None
+    elif kind is Item:
+        _expr_selections(cast("Item", expr).value, into)
+    elif kind is MakeTuple:
+        for item in cast("MakeTuple", expr).items:
             _expr_selections(item, into)
+
+
+_VALUE_WRITES: frozenset[type[Write]] = frozenset({Put, PutRow, PutStatic})
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,8 +428,8 @@ class Txn:
                 _expr_selections(predicate.right, needed)
             for write in self.update.writes:
                 writes.add(write.key)
-                if isinstance(write, Put | PutRow | PutStatic):
-                    _expr_selections(write.value, needed)
+                if type(write) in _VALUE_WRITES:
+                    _expr_selections(write.value, needed)  # type: ignore[union-attr]
         if not needed and not writes:
             raise InvalidTransaction("a transaction must read or write at least one key")
         read = {selection.key for selection in needed}
@@ -419,9 +484,10 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
         if _depth(made) > MAX_VALUE_DEPTH:
             raise _EvalError(f"a tuple nested deeper than {MAX_VALUE_DEPTH} levels")
         return made
+    op = cast("Operator", expr.op).symbol  # a member since BinOp.__post_init__
     left = _evaluate(expr.left, values)
     right = _evaluate(expr.right, values)
-    if expr.op == "concat":
+    if op == "concat":
         if not isinstance(left, tuple | type(None)) or not isinstance(right, tuple | type(None)):
             raise _EvalError(
                 f"concat needs lists, got {type(left).__name__} and {type(right).__name__}"
@@ -430,19 +496,17 @@ def _evaluate(expr: Expr, values: Mapping[Key, Value]) -> Value:
     if type(left) is float and type(right) is float:
         # IEEE 754 binary64, correctly rounded: the same result on every machine, but for
         # a NaN's sign and payload (x86 and ARM differ), so a NaN result is the one NaN.
-        number = left + right if expr.op == "+" else left - right
+        number = left + right if op == "+" else left - right
         return math.nan if math.isnan(number) else number
     if not _is_number(left) or not _is_number(right):
         what = "two integers or two floats" if float in (type(left), type(right)) else "integers"
-        raise _EvalError(
-            f"{expr.op} needs {what}, got {type(left).__name__} and {type(right).__name__}"
-        )
+        raise _EvalError(f"{op} needs {what}, got {type(left).__name__} and {type(right).__name__}")
     assert isinstance(left, int) and isinstance(right, int)  # narrowed by _is_number
-    value = left + right if expr.op == "+" else left - right
+    value = left + right if op == "+" else left - right
     if not INT64_MIN <= value <= INT64_MAX:
         # Values cross the wire and Cassandra as signed 64-bit integers: overflow is a
         # deterministic error result, the same on every replica, never a value no codec takes.
-        raise _EvalError(f"{expr.op} overflows a signed 64-bit integer")
+        raise _EvalError(f"{op} overflows a signed 64-bit integer")
     return value
 
 
@@ -457,29 +521,30 @@ def _is_number(value: Value) -> bool:
 
 
 def _compare(predicate: Predicate, values: Mapping[Key, Value]) -> bool:
+    op = cast("Comparison", predicate.op).symbol  # a member since Predicate.__post_init__
     left = _evaluate(predicate.left, values)
-    if predicate.op == "is_null":
+    if op == "is_null":
         return left is None
-    if predicate.op == "not_null":
+    if op == "not_null":
         return left is not None
     assert predicate.right is not None  # checked in Predicate.__post_init__
     right = _evaluate(predicate.right, values)
     # Equality is type-strict, element by element, so True never equals 1 nor 1 equals 1.0.
-    if predicate.op == "=":
+    if op == "=":
         return same_value(left, right)
-    if predicate.op == "!=":
+    if op == "!=":
         return not same_value(left, right)
     if left is None or right is None or type(left) is not type(right):
         raise _EvalError(f"cannot order {type(left).__name__} against {type(right).__name__}")
     if type(left) is tuple:
         sign = _tuple_order(left, right)  # type: ignore[arg-type]
-        return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0}.get(predicate.op, sign >= 0)
+        return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0}.get(op, sign >= 0)
     try:
-        if predicate.op == "<":
+        if op == "<":
             return bool(left < right)  # type: ignore[operator]
-        if predicate.op == "<=":
+        if op == "<=":
             return bool(left <= right)  # type: ignore[operator]
-        if predicate.op == ">":
+        if op == ">":
             return bool(left > right)  # type: ignore[operator]
         return bool(left >= right)  # type: ignore[operator]
     except TypeError as error:
