@@ -104,7 +104,7 @@ def test_records_encode_to_the_walks_bytes_and_decode_to_its_values(record: Any)
 junk = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(-(2**63) - 1, 2**64 - 1),
+    st.integers(-(2**63), 2**64 - 1),  # what msgpack can pack at all
     st.floats(),
     st.text(max_size=3),
     st.binary(max_size=3),
