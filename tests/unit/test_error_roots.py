@@ -16,14 +16,16 @@ from accord import AccordError
 from accord_cassandra import AccordCassandraError
 from stacksaga_store import StackSagaError
 
-# Not under the root on purpose: StepError is user code's to raise; SimulatedCrash is a
-# BaseException test hook that must escape every handler. The other three are internal to
-# modules other branches still change; they never reach a caller (each becomes a gRPC status).
+# Not under the root on purpose: StepError is user code's to raise; SimulatedCrash and
+# SimulatedCommitCrash are BaseException test hooks that must escape every handler. The other
+# three are internal to modules other branches still change; they never reach a caller (each
+# becomes a gRPC status).
 OUTSIDE_THE_ROOT = {
     "stacksaga_store.errors.StepError",
     "stacksaga_store.errors.RetryableStepError",
     "stacksaga_store.errors.NonRetryableStepError",
     "stacksaga_store.recovery.commit_modes.SimulatedCrash",
+    "stacksaga_store.store.accord_store.SimulatedCommitCrash",
     "accord_cassandra.translate.RequestError",
     "accord_cassandra.datastore.ReadTooLate",
     "accord_cassandra.host.Overloaded",
