@@ -23,7 +23,7 @@ from typing import Any
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
-from accord.invariants import check_argument, check_not_none, check_state
+from accord.invariants import InvalidArgument, check_argument, check_not_none, check_state
 from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import CommandStore
@@ -280,22 +280,22 @@ class Node:
 
     def step(self, envelope: Envelope) -> None:
         """Handle one message addressed to this node."""
-        check_argument(
-            envelope.dest == self.node_id,
-            "envelope for %d given to %d",
-            envelope.dest,
-            self.node_id,
-        )
+        if envelope.dest != self.node_id:
+            raise InvalidArgument(f"envelope for {envelope.dest} given to {self.node_id}")
         self._dispatch(envelope.src, envelope.body)
-        self._release_reorder_buffer()
+        if self._reorder:
+            self._release_reorder_buffer()
 
     def _dispatch(self, src: int, body: Message) -> None:
         kind = type(body)
-        if kind in _REQUEST_HANDLERS:
+        handler = _REQUEST_HANDLERS.get(kind)
+        if handler is not None:
             if kind is PreAccept and self.config.reorder_buffer_micros > 0:
                 self._buffer(src, body)  # type: ignore[arg-type]
             else:
-                self._handle(src, body)  # type: ignore[arg-type]
+                reply = handler(self, src, body)
+                if reply is not None:
+                    self._send(src, reply)
         else:
             coordinator = self._coordinators.get(body.cid)
             if coordinator is not None and coordinator.txn_id == body.txn_id:
@@ -328,21 +328,24 @@ class Node:
 
     def _after_applied(self) -> None:
         store = self.store
-        store.settle()
-        for txn_id in store.written:
-            command = store.commands[txn_id]
-            if command.route is None:
-                continue
-            for node in self.topology.replicas_of(command.route.keys):
-                if node != self.node_id:
-                    self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
-        store.written.clear()
+        if store.to_apply:
+            store.settle()
+        if store.written:
+            for txn_id in store.written:
+                command = store.commands[txn_id]
+                if command.route is None:
+                    continue
+                for node in self.topology.replicas_of(command.route.keys):
+                    if node != self.node_id:
+                        self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
+            store.written.clear()
         if store.applied_ids:
             self._sample_latencies(store.applied_ids)
-        for txn_id in store.applied_ids:
-            for src, cid in self._apply_waiters.pop(txn_id, ()):
-                self._send(src, ApplyOk(cid, txn_id))
-        store.applied_ids.clear()
+            waiters = self._apply_waiters
+            for txn_id in store.applied_ids:
+                for src, cid in waiters.pop(txn_id, ()):
+                    self._send(src, ApplyOk(cid, txn_id))
+            store.applied_ids.clear()
 
     def _sample_latencies(self, applied: list[TxnId]) -> None:
         now = self.now()
@@ -649,6 +652,8 @@ class Node:
         if not changed:
             return
         self.store.changed = {}
+        if not self._clients:
+            return
         for txn_id in changed:
             request = self._clients.get(txn_id)
             if request is None or txn_id in self._coordinating:
