@@ -23,7 +23,7 @@ from typing import Any
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
-from accord.invariants import InvalidArgument, check_argument, check_not_none, check_state
+from accord.invariants import InvalidArgument, check_argument, check_not_none, check_state, fail
 from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import CommandStore
@@ -385,35 +385,47 @@ class Node:
         work (see :mod:`accord.api`). One batch is outstanding at a time: calling this again
         before :meth:`advance` is a host bug and raises.
         """
-        check_state(
-            self._outstanding is None,
-            "ready() called before advance() acknowledged the previous batch as persisted",
-        )
+        if self._outstanding is not None:
+            fail("ready() called before advance() acknowledged the previous batch as persisted")
+        store = self.store
         while True:
-            self._drain_local()
+            if self._local:
+                self._drain_local()
             self._after_applied()
-            for txn_id, reader_node, reader_cid in self.store.read_replies:
-                command = self.store.commands[txn_id]
-                done = check_not_none(command.writes, "read reply for %s without writes", txn_id)
-                result = check_not_none(command.result, "read reply for %s without result", txn_id)
-                chosen = command.chosen or command.status is Status.APPLIED
-                self._send(
-                    reader_node,
-                    ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
-                )
-            self.store.read_replies.clear()
+            if store.read_replies:
+                for txn_id, reader_node, reader_cid in store.read_replies:
+                    command = store.commands[txn_id]
+                    done = check_not_none(
+                        command.writes, "read reply for %s without writes", txn_id
+                    )
+                    result = check_not_none(
+                        command.result, "read reply for %s without result", txn_id
+                    )
+                    chosen = command.chosen or command.status is Status.APPLIED
+                    self._send(
+                        reader_node,
+                        ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
+                    )
+                store.read_replies.clear()
             if not self._local:
                 break
-        persisted, reads, writes = self.store.drain()
         ready = self._ready
-        ready.persist.extend(persisted)
+        # The store's pending work moves into the batch (what CommandStore.drain hands out),
+        # without new lists for the many rounds that have none.
+        if store.persisted:
+            ready.persist.extend(store.persisted)
+            store.persisted = []
         if self._durable_pending:
             ready.persist.append(Durable(tuple(self._durable_pending)))
             self._durable_pending = []
-        ready.reads.extend(reads)
-        ready.writes.extend(writes)
+        if store.data_reads:
+            ready.reads.extend(store.data_reads)
+            store.data_reads = []
+        if store.data_writes:
+            ready.writes.extend(store.data_writes)
+            store.data_writes = []
         self._answer_waiting_clients()
-        self._ready = Ready()
+        self._ready = Ready([], [], [], [], [])
         self._outstanding = ready
         return ready
 

@@ -55,6 +55,10 @@ from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
 
+# Enum members looked up once, for the checks that run on every transition.
+_APPLIED = Status.APPLIED
+_INVALIDATED = Status.INVALIDATED
+
 
 class CommandStore:
     """The commands and per-key indexes of one replica."""
@@ -149,7 +153,8 @@ class CommandStore:
 
     def _persist(self, command: Command) -> None:
         self.persisted.append(command.snapshot())
-        if command.status.is_terminal:
+        status = command.status
+        if status is _APPLIED or status is _INVALIDATED:  # terminal
             self._active.pop(command.txn_id, None)
         command.last_progress_micros = self._now()
         self.changed[command.txn_id] = None
