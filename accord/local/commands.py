@@ -180,8 +180,9 @@ class CommandStore:
 
     def _deps(self, txn_id: TxnId, txn: Txn, below: Timestamp) -> Deps:
         """Every known, not invalidated, conflicting txn on our keys with an id < ``below``."""
-        by_key: dict[Key, list[TxnId]] = {}
+        by_key: dict[Key, tuple[TxnId, ...]] = {}
         kind = txn_id.kind
+        omit_uncommitted = self.bugs.deps_omit_uncommitted
         for key in self.owned_keys(txn.keys):
             state = self.keys.get(key)
             if state is None:
@@ -192,12 +193,15 @@ class CommandStore:
                 for other, command in index.items()
                 if other < below
                 and other != txn_id
-                and command.status is not Status.INVALIDATED
-                and (command.status.is_decided or not self.bugs.deps_omit_uncommitted)
+                and command.status is not _INVALIDATED
+                and (not omit_uncommitted or command.status.is_decided)
             ]
             if found:
-                by_key[key] = found
-        return Deps(by_key)
+                # Unique already (a txn sits in one index of a key): sorted is normal form.
+                found.sort()
+                by_key[key] = tuple(found)
+        # Keys come in txn.keys order, which is sorted; Deps.of checks and falls back.
+        return Deps.of(by_key)
 
     # ------------------------------------------------------------------ PreAccept
 
