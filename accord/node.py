@@ -362,10 +362,15 @@ class Node:
     def has_ready(self) -> bool:
         """Whether ``ready()`` would return anything: lets a host skip empty rounds."""
         store = self.store
+        pending = self._ready
         return bool(
             self._local
             or self._durable_pending
-            or not self._ready.is_empty()
+            or pending.persist  # Ready.is_empty, inline: hosts ask after every input
+            or pending.messages
+            or pending.replies
+            or pending.reads
+            or pending.writes
             or store.persisted
             or store.data_reads
             or store.data_writes
@@ -442,9 +447,8 @@ class Node:
         (and the append returned, fsync included). Every host calls this after the append
         and before anything in the batch leaves the process; the next :meth:`ready` is
         refused until it does."""
-        check_argument(
-            ready is self._outstanding, "advance() must be given the batch of the last ready()"
-        )
+        if ready is not self._outstanding:
+            raise InvalidArgument("advance() must be given the batch of the last ready()")
         self._outstanding = None
 
     # ------------------------------------------------------------------ requests

@@ -332,7 +332,7 @@ class Cluster:
         ready = node.ready()
         self._persist(node_id, slot, ready)
         node.advance(ready)
-        if self._crash_mid_preaccept(node_id, ready):
+        if self.faults_active and self._crash_mid_preaccept(node_id, ready):
             return
         send = self._send
         for envelope in ready.messages:
