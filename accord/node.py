@@ -23,7 +23,7 @@ from typing import Any
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
-from accord.invariants import check_argument, check_not_none, check_state
+from accord.invariants import InvalidArgument, check_argument, check_not_none, check_state, fail
 from accord.local.bugs import NO_BUGS, Bugs
 from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import CommandStore
@@ -280,22 +280,22 @@ class Node:
 
     def step(self, envelope: Envelope) -> None:
         """Handle one message addressed to this node."""
-        check_argument(
-            envelope.dest == self.node_id,
-            "envelope for %d given to %d",
-            envelope.dest,
-            self.node_id,
-        )
+        if envelope.dest != self.node_id:
+            raise InvalidArgument(f"envelope for {envelope.dest} given to {self.node_id}")
         self._dispatch(envelope.src, envelope.body)
-        self._release_reorder_buffer()
+        if self._reorder:
+            self._release_reorder_buffer()
 
     def _dispatch(self, src: int, body: Message) -> None:
         kind = type(body)
-        if kind in _REQUEST_HANDLERS:
+        handler = _REQUEST_HANDLERS.get(kind)
+        if handler is not None:
             if kind is PreAccept and self.config.reorder_buffer_micros > 0:
                 self._buffer(src, body)  # type: ignore[arg-type]
             else:
-                self._handle(src, body)  # type: ignore[arg-type]
+                reply = handler(self, src, body)
+                if reply is not None:
+                    self._send(src, reply)
         else:
             coordinator = self._coordinators.get(body.cid)
             if coordinator is not None and coordinator.txn_id == body.txn_id:
@@ -328,21 +328,24 @@ class Node:
 
     def _after_applied(self) -> None:
         store = self.store
-        store.settle()
-        for txn_id in store.written:
-            command = store.commands[txn_id]
-            if command.route is None:
-                continue
-            for node in self.topology.replicas_of(command.route.keys):
-                if node != self.node_id:
-                    self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
-        store.written.clear()
+        if store.to_apply:
+            store.settle()
+        if store.written:
+            for txn_id in store.written:
+                command = store.commands[txn_id]
+                if command.route is None:
+                    continue
+                for node in self.topology.replicas_of(command.route.keys):
+                    if node != self.node_id:
+                        self._send(node, OutcomeDurable(0, txn_id, command.accepted, written=True))
+            store.written.clear()
         if store.applied_ids:
             self._sample_latencies(store.applied_ids)
-        for txn_id in store.applied_ids:
-            for src, cid in self._apply_waiters.pop(txn_id, ()):
-                self._send(src, ApplyOk(cid, txn_id))
-        store.applied_ids.clear()
+            waiters = self._apply_waiters
+            for txn_id in store.applied_ids:
+                for src, cid in waiters.pop(txn_id, ()):
+                    self._send(src, ApplyOk(cid, txn_id))
+            store.applied_ids.clear()
 
     def _sample_latencies(self, applied: list[TxnId]) -> None:
         now = self.now()
@@ -359,10 +362,15 @@ class Node:
     def has_ready(self) -> bool:
         """Whether ``ready()`` would return anything: lets a host skip empty rounds."""
         store = self.store
+        pending = self._ready
         return bool(
             self._local
             or self._durable_pending
-            or not self._ready.is_empty()
+            or pending.persist  # Ready.is_empty, inline: hosts ask after every input
+            or pending.messages
+            or pending.replies
+            or pending.reads
+            or pending.writes
             or store.persisted
             or store.data_reads
             or store.data_writes
@@ -382,35 +390,47 @@ class Node:
         work (see :mod:`accord.api`). One batch is outstanding at a time: calling this again
         before :meth:`advance` is a host bug and raises.
         """
-        check_state(
-            self._outstanding is None,
-            "ready() called before advance() acknowledged the previous batch as persisted",
-        )
+        if self._outstanding is not None:
+            fail("ready() called before advance() acknowledged the previous batch as persisted")
+        store = self.store
         while True:
-            self._drain_local()
+            if self._local:
+                self._drain_local()
             self._after_applied()
-            for txn_id, reader_node, reader_cid in self.store.read_replies:
-                command = self.store.commands[txn_id]
-                done = check_not_none(command.writes, "read reply for %s without writes", txn_id)
-                result = check_not_none(command.result, "read reply for %s without result", txn_id)
-                chosen = command.chosen or command.status is Status.APPLIED
-                self._send(
-                    reader_node,
-                    ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
-                )
-            self.store.read_replies.clear()
+            if store.read_replies:
+                for txn_id, reader_node, reader_cid in store.read_replies:
+                    command = store.commands[txn_id]
+                    done = check_not_none(
+                        command.writes, "read reply for %s without writes", txn_id
+                    )
+                    result = check_not_none(
+                        command.result, "read reply for %s without result", txn_id
+                    )
+                    chosen = command.chosen or command.status is Status.APPLIED
+                    self._send(
+                        reader_node,
+                        ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
+                    )
+                store.read_replies.clear()
             if not self._local:
                 break
-        persisted, reads, writes = self.store.drain()
         ready = self._ready
-        ready.persist.extend(persisted)
+        # The store's pending work moves into the batch (what CommandStore.drain hands out),
+        # without new lists for the many rounds that have none.
+        if store.persisted:
+            ready.persist.extend(store.persisted)
+            store.persisted = []
         if self._durable_pending:
             ready.persist.append(Durable(tuple(self._durable_pending)))
             self._durable_pending = []
-        ready.reads.extend(reads)
-        ready.writes.extend(writes)
+        if store.data_reads:
+            ready.reads.extend(store.data_reads)
+            store.data_reads = []
+        if store.data_writes:
+            ready.writes.extend(store.data_writes)
+            store.data_writes = []
         self._answer_waiting_clients()
-        self._ready = Ready()
+        self._ready = Ready([], [], [], [], [])
         self._outstanding = ready
         return ready
 
@@ -427,9 +447,8 @@ class Node:
         (and the append returned, fsync included). Every host calls this after the append
         and before anything in the batch leaves the process; the next :meth:`ready` is
         refused until it does."""
-        check_argument(
-            ready is self._outstanding, "advance() must be given the batch of the last ready()"
-        )
+        if ready is not self._outstanding:
+            raise InvalidArgument("advance() must be given the batch of the last ready()")
         self._outstanding = None
 
     # ------------------------------------------------------------------ requests
@@ -649,6 +668,8 @@ class Node:
         if not changed:
             return
         self.store.changed = {}
+        if not self._clients:
+            return
         for txn_id in changed:
             request = self._clients.get(txn_id)
             if request is None or txn_id in self._coordinating:

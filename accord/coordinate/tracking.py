@@ -31,9 +31,11 @@ class QuorumTracker:
         return [i for i, shard in enumerate(self.shards) if node in shard.replicas]
 
     def success(self, node: int) -> Progress:
-        for i in self._each(node):
-            self.successes[i].add(node)
-            self.failures[i].discard(node)
+        successes, failures = self.successes, self.failures
+        for i, shard in enumerate(self.shards):
+            if node in shard.replicas:
+                successes[i].add(node)
+                failures[i].discard(node)
         return self.progress()
 
     def failure(self, node: int) -> Progress:
@@ -43,13 +45,18 @@ class QuorumTracker:
         return self.progress()
 
     def progress(self) -> Progress:
-        if all(
-            len(s) >= shard.slow_quorum
-            for s, shard in zip(self.successes, self.shards, strict=True)
-        ):
+        # Loops rather than all()/any() over generators: this runs for every reply.
+        shards = self.shards
+        successes = self.successes
+        for i in range(len(shards)):
+            if len(successes[i]) < shards[i].slow_quorum:
+                break
+        else:
             return Progress.SUCCESS
-        for failed, shard in zip(self.failures, self.shards, strict=True):
-            if len(failed) > len(shard.replicas) - shard.slow_quorum:
+        failures = self.failures
+        for i in range(len(shards)):
+            shard = shards[i]
+            if len(failures[i]) > len(shard.replicas) - shard.slow_quorum:
                 return Progress.FAILED
         return Progress.PENDING
 

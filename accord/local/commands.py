@@ -55,6 +55,10 @@ from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
 
+# Enum members looked up once, for the checks that run on every transition.
+_APPLIED = Status.APPLIED
+_INVALIDATED = Status.INVALIDATED
+
 
 class CommandStore:
     """The commands and per-key indexes of one replica."""
@@ -149,7 +153,8 @@ class CommandStore:
 
     def _persist(self, command: Command) -> None:
         self.persisted.append(command.snapshot())
-        if command.status.is_terminal:
+        status = command.status
+        if status is _APPLIED or status is _INVALIDATED:  # terminal
             self._active.pop(command.txn_id, None)
         command.last_progress_micros = self._now()
         self.changed[command.txn_id] = None
@@ -175,8 +180,9 @@ class CommandStore:
 
     def _deps(self, txn_id: TxnId, txn: Txn, below: Timestamp) -> Deps:
         """Every known, not invalidated, conflicting txn on our keys with an id < ``below``."""
-        by_key: dict[Key, list[TxnId]] = {}
+        by_key: dict[Key, tuple[TxnId, ...]] = {}
         kind = txn_id.kind
+        omit_uncommitted = self.bugs.deps_omit_uncommitted
         for key in self.owned_keys(txn.keys):
             state = self.keys.get(key)
             if state is None:
@@ -187,12 +193,15 @@ class CommandStore:
                 for other, command in index.items()
                 if other < below
                 and other != txn_id
-                and command.status is not Status.INVALIDATED
-                and (command.status.is_decided or not self.bugs.deps_omit_uncommitted)
+                and command.status is not _INVALIDATED
+                and (not omit_uncommitted or command.status.is_decided)
             ]
             if found:
-                by_key[key] = found
-        return Deps(by_key)
+                # Unique already (a txn sits in one index of a key): sorted is normal form.
+                found.sort()
+                by_key[key] = tuple(found)
+        # Keys come in txn.keys order, which is sorted; Deps.of checks and falls back.
+        return Deps.of(by_key)
 
     # ------------------------------------------------------------------ PreAccept
 

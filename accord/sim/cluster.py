@@ -220,7 +220,10 @@ class Cluster:
                 break
             time, _, kind, payload = heapq.heappop(queue)
             self.now = time
-            self._dispatch(kind, payload)
+            if kind == "deliver":  # most events: one call fewer
+                self._deliver(payload)
+            else:
+                self._dispatch(kind, payload)
         return stop()
 
     def _dispatch(self, kind: str, payload: Any) -> None:
@@ -329,24 +332,29 @@ class Cluster:
         ready = node.ready()
         self._persist(node_id, slot, ready)
         node.advance(ready)
-        if self._crash_mid_preaccept(node_id, ready):
+        if self.faults_active and self._crash_mid_preaccept(node_id, ready):
             return
+        send = self._send
         for envelope in ready.messages:
-            if isinstance(envelope.body, RecoverOk):
+            if type(envelope.body) is RecoverOk:
                 self.oracle.on_recover_ok(node_id, node.store, envelope.body)
-            self._send(envelope)
-        for reply in ready.replies:
-            if self.on_reply is not None:
+            send(envelope)
+        if ready.replies and self.on_reply is not None:
+            for reply in ready.replies:
                 self.on_reply(node_id, reply)
-        for write in ready.writes:
-            txn = check_not_none(
-                node.store.commands[write.txn_id].txn, "write of %s without its txn", write.txn_id
-            )
-            self.oracle.on_write_issued(node_id, write, txn.keys)
-        for op in (*ready.reads, *ready.writes):
-            start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
-            slot.data_busy_until = start
-            self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
+        if ready.writes:
+            for write in ready.writes:
+                txn = check_not_none(
+                    node.store.commands[write.txn_id].txn,
+                    "write of %s without its txn",
+                    write.txn_id,
+                )
+                self.oracle.on_write_issued(node_id, write, txn.keys)
+        if ready.reads or ready.writes:
+            for op in (*ready.reads, *ready.writes):
+                start = max(self.now, slot.data_busy_until) + DATA_OP_MICROS
+                slot.data_busy_until = start
+                self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
 
     def _crash_mid_preaccept(self, node_id: int, ready: Ready) -> bool:
         """Maybe crash ``node_id`` after it sent only some of the PreAccepts in ``ready``.
@@ -368,10 +376,13 @@ class Cluster:
         return True
 
     def _persist(self, node_id: int, slot: _NodeSlot, ready: Ready) -> None:
+        if not ready.persist:
+            return
         slot.journal.append(ready.persist)
+        on_persist = self.oracle.on_persist
         for record in ready.persist:
-            if isinstance(record, CommandSnapshot):
-                self.oracle.on_persist(node_id, record)
+            if type(record) is CommandSnapshot:
+                on_persist(node_id, record)
 
     def _data_done(self, node_id: int, incarnation: int, op: DataRead | DataWrite) -> None:
         slot = self.slots[node_id]
@@ -411,14 +422,21 @@ class Cluster:
         roll = self.rng.random()
         if self.faults_active and roll < self.long_delay_chance:
             return self.rng.randrange(20_000, 400_000)
-        return self.rng.randrange(500, 5_000)
+        # randrange(500, 5_000) as random.Random computes it (the same draws, so a seed
+        # still reproduces its trace), without its argument checks: once per message.
+        getrandbits = self.rng.getrandbits
+        r = getrandbits(13)
+        while r >= 4_500:
+            r = getrandbits(13)
+        return 500 + r
 
     def _send(self, envelope: Envelope) -> None:
         self.network.sent += 1
-        if envelope.src == envelope.dest:
+        src, dest = envelope.src, envelope.dest
+        if src == dest:
             self._schedule(0, "deliver", envelope)
             return
-        link = (envelope.src, envelope.dest)
+        link = (src, dest)
         if self.faults_active:
             if self.faults.drops and self.rng.random() < 0.02:
                 self.network.dropped += 1
@@ -426,10 +444,13 @@ class Cluster:
             if self.faults.duplicates and self.rng.random() < 0.01:
                 self.network.duplicated += 1
                 self._schedule(self._latency(link), "deliver", envelope)
-        self._schedule(self._latency(link), "deliver", envelope)
+        self._seq += 1
+        heapq.heappush(
+            self._queue, (self.now + self._latency(link), self._seq, "deliver", envelope)
+        )
 
     def _deliver(self, envelope: Envelope) -> None:
-        if (envelope.src, envelope.dest) in self.blocked:
+        if self.blocked and (envelope.src, envelope.dest) in self.blocked:
             self.network.dropped += 1
             return
         slot = self.slots[envelope.dest]

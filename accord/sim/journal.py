@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accord.api import Durable, HlcFloor, Journal, JournalRecord
-from accord.invariants import check_state
+from accord.invariants import fail
 from accord.local.command import CommandSnapshot
 from accord.primitives import TxnId
 
@@ -29,10 +29,13 @@ class MemoryJournal:
         self._closed = False
 
     def append(self, records: Sequence[JournalRecord]) -> None:
-        check_state(not self._closed, "append to a closed journal")
+        if self._closed:
+            fail("append to a closed journal")
+        commands = self._commands
         for record in records:
-            if isinstance(record, CommandSnapshot):
-                self._commands[record.txn_id] = record
+            if type(record) is CommandSnapshot or isinstance(record, CommandSnapshot):
+                # The exact type first: nearly every record is one.
+                commands[record.txn_id] = record
             elif isinstance(record, HlcFloor):
                 self._hlc_floor = max(self._hlc_floor, record.value)
             else:

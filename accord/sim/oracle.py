@@ -61,6 +61,12 @@ from accord.primitives import (
 from accord.topology import Topology
 
 _AT = itemgetter(0)
+# Enum members looked up once: on_persist runs for every journaled snapshot.
+_COMMITTED = Status.COMMITTED
+_STABLE = Status.STABLE
+_PRE_APPLIED = Status.PRE_APPLIED
+_APPLIED = Status.APPLIED
+_INVALIDATED = Status.INVALIDATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,7 @@ class Oracle:
         self._outcome_journaled: dict[TxnId, set[int]] = {}
         # (txn, key) -> the writes first issued for it, by any replica
         self._written: dict[tuple[TxnId, Key], tuple[WriteOp, ...]] = {}
+        self._owned_cache: dict[tuple[int, tuple[Key, ...]], tuple[Key, ...]] = {}
 
     # ------------------------------------------------------------------ durable before written
 
@@ -104,31 +111,42 @@ class Oracle:
         """``node_id`` hands ``op`` to its data store; ``keys``: every key of the txn."""
         journaled = self._outcome_journaled.get(op.txn_id, set())
         for shard in self.topology.shards_for(keys):
-            held = sum(1 for n in shard.replicas if n in journaled)
-            check_state(
-                held >= shard.slow_quorum,
-                "node %d wrote %s while only %d of shard %s's replicas had journaled its "
-                "outcome (a quorum is %d)",
-                node_id,
-                op.txn_id,
-                held,
-                shard.range,
-                shard.slow_quorum,
-            )
+            held = 0
+            for n in shard.replicas:
+                if n in journaled:
+                    held += 1
+            if held < shard.slow_quorum:
+                fail(
+                    "node %d wrote %s while only %d of shard %s's replicas had journaled its "
+                    "outcome (a quorum is %d)",
+                    node_id,
+                    op.txn_id,
+                    held,
+                    shard.range,
+                    shard.slow_quorum,
+                )
         by_key: dict[Key, list[WriteOp]] = {}
         for write in op.writes:
-            by_key.setdefault(write.key, []).append(write)
+            listed = by_key.get(write.key)
+            if listed is None:
+                by_key[write.key] = [write]
+            else:
+                listed.append(write)
+        written = self._written
         for key, writes in by_key.items():
-            first = self._written.setdefault((op.txn_id, key), tuple(writes))
-            check_state(
-                first == tuple(writes),
-                "node %d wrote %s for %s as %r, another replica as %r: two outcomes of one txn",
-                node_id,
-                key,
-                op.txn_id,
-                writes,
-                first,
-            )
+            issued = tuple(writes)
+            first = written.get((op.txn_id, key))
+            if first is None:
+                written[(op.txn_id, key)] = issued
+            elif first != issued:
+                fail(
+                    "node %d wrote %s for %s as %r, another replica as %r: two outcomes of one txn",
+                    node_id,
+                    key,
+                    op.txn_id,
+                    writes,
+                    first,
+                )
 
     # ------------------------------------------------------------------ execution order
 
@@ -173,22 +191,27 @@ class Oracle:
     # ------------------------------------------------------------------ dependencies
 
     def on_persist(self, node_id: int, snapshot: CommandSnapshot) -> None:
-        promised = self._promised.get((node_id, snapshot.txn_id), BALLOT_ZERO)
-        check_state(
-            snapshot.promised >= promised,
-            "node %d journaled promise %s for %s after promising %s",
-            node_id,
-            snapshot.promised,
-            snapshot.txn_id,
-            promised,
-        )
-        self._promised[(node_id, snapshot.txn_id)] = snapshot.promised
+        txn_id = snapshot.txn_id
+        promised = self._promised.get((node_id, txn_id), BALLOT_ZERO)
+        if snapshot.promised < promised:
+            fail(
+                "node %d journaled promise %s for %s after promising %s",
+                node_id,
+                snapshot.promised,
+                txn_id,
+                promised,
+            )
+        self._promised[(node_id, txn_id)] = snapshot.promised
         status = snapshot.status
-        if Status.PRE_APPLIED <= status <= Status.APPLIED:
-            self._outcome_journaled.setdefault(snapshot.txn_id, set()).add(node_id)
-        if not status.is_decided or status is Status.INVALIDATED:
+        if status < _COMMITTED or status is _INVALIDATED:
             return
-        txn_id, at, txn = snapshot.txn_id, snapshot.execute_at, snapshot.txn
+        if status >= _PRE_APPLIED:  # PRE_APPLIED or APPLIED: INVALIDATED left above
+            journaled = self._outcome_journaled.get(txn_id)
+            if journaled is None:
+                self._outcome_journaled[txn_id] = {node_id}
+            else:
+                journaled.add(node_id)
+        at, txn = snapshot.execute_at, snapshot.txn
         if at is None or txn is None:
             return
         if txn_id not in self._decided:
@@ -196,19 +219,29 @@ class Oracle:
             for key in txn.keys:
                 self._decided_by_key.setdefault(key, {})[txn_id] = None
                 self._check_as_earlier(txn_id, at, key)
-        if status >= Status.STABLE:
-            for key in txn.keys:
-                if not self.topology.owns(node_id, key):
-                    continue
-                stable = self._stable.setdefault((node_id, key), {})
+        if status >= _STABLE:
+            owned = self._owned(node_id, txn.keys)
+            for key in owned:
+                stable = self._stable.get((node_id, key))
+                if stable is None:
+                    stable = self._stable[(node_id, key)] = {}
                 if txn_id not in stable:
                     stable[txn_id] = (at, snapshot.deps)
                     bisect.insort(self._stable_order.setdefault((node_id, key), []), (at, txn_id))
                     self._check_as_later(node_id, txn_id, at, snapshot.deps, key)
-        if status is Status.APPLIED:
-            for key in txn.keys:
-                if self.topology.owns(node_id, key):
+            if status is _APPLIED:
+                for key in owned:
                     self._applied_here(node_id, txn_id, key)
+
+    def _owned(self, node_id: int, keys: tuple[Key, ...]) -> tuple[Key, ...]:
+        """The keys of ``keys`` that ``node_id`` replicates, from the topology."""
+        owned = self._owned_cache.get((node_id, keys))
+        if owned is None:
+            owned = tuple(k for k in keys if self.topology.owns(node_id, k))
+            if len(self._owned_cache) >= 65_536:
+                self._owned_cache.clear()
+            self._owned_cache[(node_id, keys)] = owned
+        return owned
 
     def _applied_here(self, node_id: int, txn_id: TxnId, key: Key) -> None:
         replicas = self.topology.shard_for(key).replicas

@@ -71,6 +71,14 @@ class Topology:
     epoch: int
     shards: tuple[Shard, ...]
     _ends: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    # shards_for / replicas_of of a tuple of keys: asked for every message a coordinator
+    # or a replica handles, for the same few key sets. Bounded: cleared when full.
+    _shards_cache: dict[tuple[Key, ...], tuple[Shard, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    _replicas_cache: dict[tuple[Key, ...], tuple[int, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.shards, key=lambda s: s.range.start))
@@ -90,6 +98,17 @@ class Topology:
         return self.shards[bisect.bisect_left(self._ends, token)]
 
     def shards_for(self, keys: Iterable[Key]) -> tuple[Shard, ...]:
+        if type(keys) is tuple:
+            cached = self._shards_cache.get(keys)
+            if cached is None:
+                cached = self._shards_of(keys)
+                if len(self._shards_cache) >= _CACHE_MAX:
+                    self._shards_cache.clear()
+                self._shards_cache[keys] = cached
+            return cached
+        return self._shards_of(keys)
+
+    def _shards_of(self, keys: Iterable[Key]) -> tuple[Shard, ...]:
         seen: dict[TokenRange, Shard] = {}
         for key in keys:
             shard = self.shard_for(key)
@@ -100,10 +119,21 @@ class Topology:
         return tuple(sorted({n for s in self.shards for n in s.replicas}))
 
     def replicas_of(self, keys: Iterable[Key]) -> tuple[int, ...]:
+        if type(keys) is tuple:
+            cached = self._replicas_cache.get(keys)
+            if cached is None:
+                cached = tuple(sorted({n for s in self.shards_for(keys) for n in s.replicas}))
+                if len(self._replicas_cache) >= _CACHE_MAX:
+                    self._replicas_cache.clear()
+                self._replicas_cache[keys] = cached
+            return cached
         return tuple(sorted({n for s in self.shards_for(keys) for n in s.replicas}))
 
     def owns(self, node: int, key: Key) -> bool:
         return node in self.shard_for(key).replicas
+
+
+_CACHE_MAX = 65_536
 
 
 def preferred_electorate(

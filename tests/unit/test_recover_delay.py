@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import random
+from collections import deque
+
 import pytest
 
 from accord.invariants import InvalidArgument
@@ -49,6 +53,21 @@ def test_nearest_rank_percentile_times_the_factor() -> None:
     assert learned_delay(ten, factor=1.0, percentile=99.0, max_micros=10**9) == 10 * MS
     assert learned_delay(ten, factor=1.0, percentile=90.0, max_micros=10**9) == 9 * MS
     assert learned_delay([], factor=2.0, percentile=99.0, max_micros=10**9) == 0
+
+
+def test_a_high_percentile_of_a_full_window_picks_the_nearest_rank() -> None:
+    # A high percentile takes the few largest samples, not a sort: the same nearest rank,
+    # ties and a deque window included.
+    rng = random.Random(15)
+    for _ in range(300):
+        window = deque((rng.randrange(50) * MS for _ in range(rng.randint(1, 600))), maxlen=512)
+        percentile = rng.choice([50.0, 90.0, 95.0, 99.0, 99.9, 100.0])
+        ordered = sorted(window)
+        rank = min(len(ordered) - 1, max(0, math.ceil(len(ordered) * percentile / 100) - 1))
+        expected = ordered[rank]
+        assert learned_delay(window, factor=1.0, percentile=percentile, max_micros=10**9) == (
+            expected
+        )
 
 
 def test_the_cap_bounds_the_learned_delay() -> None:
