@@ -266,7 +266,14 @@ def test_a_restore_is_not_refrozen_by_a_plain_read_lagging_its_marker_delete(
                 step_id("a", ExecutionType.COMPENSATE),
             )
             read = protection._statement("read")
-            stale = await protection.cql.execute(read, marker.params(), row_limit=1)
+            # What a replica answers once the freeze landed (it too may land after its ack).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + AGREEMENT_DEADLINE_S
+            while True:
+                stale = await protection.cql.execute(read, marker.params(), row_limit=1)
+                if stale or loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.2)
             assert [row["execution_state"] for row in stale] == [MarkerState.FAILED.value]
             lagging = LaggingMarkerReads(protection.cql, read, stale)
             protection.cql = lagging
