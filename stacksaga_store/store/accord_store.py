@@ -11,8 +11,9 @@ So in this mode :class:`AccordEventStore`, :class:`AccordProtection` and
 CassandraEventStore`, :class:`~stacksaga_store.store.protection.WriteProtection` and
 :class:`~stacksaga_store.recovery.directory.Directory` (no LWT, no logged batch), and the
 reads that decide something (a transaction's history, a marker before an admin restore, a
-Tier-5 bucket) are Accord reads too: a client hears of a transaction once its outcome is
-chosen, possibly before a replica wrote it to Cassandra, so a plain read could miss it.
+final marker a RELAXED guard would skip a step on, a Tier-5 bucket) are Accord reads too: a
+client hears of a transaction once its outcome is chosen, possibly before a replica wrote it
+to Cassandra, so a plain read could miss it.
 
 *One transaction per state change.* The orchestrator opens a state change
 (``async with store.state_change(label)``) around each change of a saga: start, step outcome,
@@ -929,11 +930,18 @@ class AccordProtection(WriteProtection):
         is_final_failure: Callable[[Exception], bool],
     ) -> GuardResult[T]:
         mode = ConsistencyMode.RELAXED_WITH_DEDUP
-        # A plain read: it only saves running a step whose marker is committed; a stale
-        # answer runs a duplicate (the mode's trade-off), whose commit the IF then refuses.
+        # A plain read first: a stale "no marker" only runs a duplicate (the mode's
+        # trade-off), whose commit the IF then refuses. But a plain read may also lag an
+        # Accord *delete*: an admin restore removes a FAILED marker in its unfreeze
+        # transaction, whose outcome we hear before a replica wrote the tombstone to
+        # Cassandra. Skipping on that stale FAILED would freeze the restored saga again, so
+        # a final state is skipped on only once an Accord read confirms it.
         rows = await self.cql.execute(self._statement("read"), key.params(), row_limit=1)
         state = rows[0]["execution_state"] if rows else None
         final = MarkerSnapshot(state, None).final if state else None
+        if final is not None:
+            state = await self._marker(key)
+            final = MarkerSnapshot(state, None).final if state else None
         if final is not None:
             return GuardResult(_SKIP[final], None, mode)
         try:

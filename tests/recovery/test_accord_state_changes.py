@@ -29,7 +29,15 @@ from stacksaga_store.recovery.directory import DirectoryScope
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.store.accord_store import SimulatedCommitCrash
 from stacksaga_store.store.model import TransactionKey
-from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES, RunningStatus
+from stacksaga_store.store.protection import MarkerKey
+from stacksaga_store.store.states import (
+    FINAL_STATUSES,
+    PARKED_STATUSES,
+    ExecutionType,
+    MarkerState,
+    RunningStatus,
+    step_id,
+)
 from tests.recovery._helpers import dump_directory
 from tests.recovery.conftest import T0, Stack, StackFactory, accord_recovery
 from tests.recovery.test_commit_modes import DELAY, MINUTE, drain, node_of
@@ -209,6 +217,70 @@ def test_a_crash_around_a_state_change_leaves_store_and_directory_agreeing(
                 assert effects.runs[step] == runs_at_crash[step], (step, effects.runs)
             stack.clock.advance(DELAY * MINUTE)
             await drain(stack, node, 2 * DELAY + 6)
+
+    run(body())
+
+
+class LaggingMarkerReads:
+    """The protection's CQL session, its plain marker reads answered as they stood before
+    an admin restore: a replica the restore's Accord delete has not reached yet."""
+
+    def __init__(self, cql: Any, read: Any, stale: list[Any]) -> None:
+        self.cql = cql
+        self.read = read
+        self.stale = stale
+        self.lagged = 0
+
+    async def execute(self, prepared: Any, params: Any, *, row_limit: int | None = None) -> Any:
+        if prepared is self.read:
+            self.lagged += 1
+            return self.stale
+        return await self.cql.execute(prepared, params, row_limit=row_limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cql, name)
+
+
+def test_a_restore_is_not_refrozen_by_a_plain_read_lagging_its_marker_delete(
+    open_stack: StackFactory, accord: dict[str, Any]
+) -> None:
+    """The unfreeze transaction deletes undo-a's FAILED marker; the client hears of its
+    commit before Cassandra holds the tombstone, so the RELAXED guard's plain read can still
+    answer FAILED. The restored compensation must run (an Accord read decides), not be
+    skipped as "failed permanently" and frozen again."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        effects = Effects()
+        effects.fail_always.update({"b", "undo-a"})
+        txn = uuid.uuid4()
+        async with open_stack(clock=clock, **accord) as stack:
+            orchestrator = stack.engine.orchestrator(sagas=[effects.saga()])
+            outcome = await orchestrator.start("two", {}, transaction_id=txn)
+            assert outcome.status is RunningStatus.FROZEN
+            effects.fail_always.clear()
+            protection: Any = orchestrator.protection
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            marker = MarkerKey(
+                TransactionKey(scope.region, scope.cluster, scope.service_name, txn),
+                step_id("a", ExecutionType.COMPENSATE),
+            )
+            read = protection._statement("read")
+            # What a replica answers once the freeze landed (it too may land after its ack).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + AGREEMENT_DEADLINE_S
+            while True:
+                stale = await protection.cql.execute(read, marker.params(), row_limit=1)
+                if stale or loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            assert [row["execution_state"] for row in stale] == [MarkerState.FAILED.value]
+            lagging = LaggingMarkerReads(protection.cql, read, stale)
+            protection.cql = lagging
+            outcome = await orchestrator.admin_restore(txn)
+            assert lagging.lagged >= 1  # the guard did read the stale FAILED
+            assert outcome.status is RunningStatus.REVERT_COMPLETED, outcome
+            assert effects.runs["undo-a"] == 2, effects.runs
 
     run(body())
 
