@@ -325,24 +325,28 @@ async def _timed(
     seconds: float,
     sidecar_pids: list[int],
     cassandra_pids: list[int],
-) -> tuple[LoadResult, dict[str, float]]:
+) -> tuple[LoadResult, dict[str, float | None]]:
     progress = Progress("  operations", None, every_seconds=5.0)
     before = (cpu_seconds(sidecar_pids), cpu_seconds(cassandra_pids), time.process_time())
     result = await closed_loop_calls(call, inflight=inflight, seconds=seconds, progress=progress)
     after = (cpu_seconds(sidecar_pids), cpu_seconds(cassandra_pids), time.process_time())
-    cpu = {
+    cpu: dict[str, float | None] = {
         "sidecars": after[0] - before[0],
-        "cassandra": after[1] - before[1],
+        # Unknown, not 0, for a cluster the bench did not launch (its JVMs' pids are unknown).
+        "cassandra": after[1] - before[1] if cassandra_pids else None,
         "load_generator": after[2] - before[2],
     }
     return result, cpu
 
 
 def _summary(
-    name: str, inflight: int, round_index: int, result: LoadResult, cpu: dict[str, float]
+    name: str, inflight: int, round_index: int, result: LoadResult, cpu: dict[str, float | None]
 ) -> dict[str, Any]:
     committed = result.committed
-    per = {k: round(1000 * v / committed, 3) if committed else None for k, v in cpu.items()}
+    per = {
+        k: round(1000 * v / committed, 3) if committed and v is not None else None
+        for k, v in cpu.items()
+    }
     return {
         "workload": name,
         "inflight": inflight,
