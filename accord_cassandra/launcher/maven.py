@@ -73,8 +73,8 @@ def is_fetched(home: Path, version: str) -> bool:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    # A test run and `make cassandra-jars` may fetch at the same time.
+def file_lock(path: Path) -> Iterator[None]:
+    # A test run and `make cassandra-jars` (or the Kafka launcher's fetch) may fetch at once.
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -88,7 +88,7 @@ def fetch(version: str | None = None) -> Path:
     """Resolve cassandra-all and its runtime jars into the cache once; returns the lib folder."""
     version = check_version(version or default_version())
     home = version_home(version)
-    with _file_lock(home / ".lock"):
+    with file_lock(home / ".lock"):
         if not is_fetched(home, version):
             _resolve_with_maven(home, version)
     return home / "lib"

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from accord_cassandra.launcher.maven import read_marker
 from accord_cassandra.launcher.probes import tcp_open
 from stacksaga_store.errors import StackSagaError
 from stacksaga_store.kafka.broker import STATE_FILE, BrokerSpec, LocalKafka, default_first_ip
-from stacksaga_store.kafka.jars import cache_root, default_version, fetch, read_marker
+from stacksaga_store.kafka.jars import cache_root, default_version, fetch
 
 
 def default_base_dir() -> Path:

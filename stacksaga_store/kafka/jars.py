@@ -3,8 +3,6 @@ with Maven into a cache outside the repository (the Cassandra launcher's recipe)
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -12,11 +10,10 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from accord_cassandra.launcher.jdk import check_java
+from accord_cassandra.launcher.maven import MARKER_FILE, file_lock, is_fetched
 from accord_cassandra.launcher.process import tail_text
 from stacksaga_store.kafka.errors import KafkaLauncherError
 
@@ -27,7 +24,6 @@ DEFAULT_VERSION = "4.1.1"
 ENV_VERSION = "STACKSAGA_KAFKA_VERSION"
 ENV_CACHE = "STACKSAGA_KAFKA_CACHE"
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
-MARKER_FILE = "fetched.json"
 # Kafka 4 logs through log4j2 but leaves the binding to the distribution; without one the
 # broker would log nothing, and a failed start would leave no reason behind.
 LOG4J_VERSION = "2.24.3"
@@ -82,41 +78,11 @@ def version_home(version: str) -> Path:
     return cache_root() / f"kafka-{check_version(version)}"
 
 
-def read_marker(home: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((home / MARKER_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def is_fetched(home: Path, version: str) -> bool:
-    """True when a previous fetch of this version completed and none of its jars went missing."""
-    marker = read_marker(home)
-    if not marker or marker.get("version") != version:
-        return False
-    lib = home / "lib"
-    jars = marker.get("jars") or []
-    return bool(jars) and all((lib / name).is_file() for name in jars)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    # A test session and `make kafka-jars` may fetch at the same time.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def fetch(version: str | None = None) -> Path:
     """Resolve kafka_2.13 and its runtime jars into the cache once; returns the lib folder."""
     version = check_version(version or default_version())
     home = version_home(version)
-    with _file_lock(home / ".lock"):
+    with file_lock(home / ".lock"):
         if not is_fetched(home, version):
             _resolve_with_maven(home, version)
     return home / "lib"
