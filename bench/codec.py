@@ -7,6 +7,7 @@ did before msgspec (``accord.codec.walk``, still its reference and its error rep
 
 from __future__ import annotations
 
+import functools
 import time
 import timeit
 from collections.abc import Callable
@@ -96,10 +97,10 @@ def main() -> None:
         assert data == walk.encode_message(message), name
         assert codec.decode_message(data) == walk.decode_message(data) == message, name
         figures = [
-            per_call(lambda m=message: walk.encode_message(m)),
-            per_call(lambda m=message: codec.encode_message(m)),
-            per_call(lambda d=data: walk.decode_message(d)),
-            per_call(lambda d=data: codec.decode_message(d)),
+            per_call(functools.partial(walk.encode_message, message)),
+            per_call(functools.partial(codec.encode_message, message)),
+            per_call(functools.partial(walk.decode_message, data)),
+            per_call(functools.partial(codec.decode_message, data)),
         ]
         print(f"{name:12} {len(data):6} " + " ".join(f"{f:8.2f}µs" for f in figures))
     base = samples()["Apply"].body

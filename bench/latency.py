@@ -27,6 +27,7 @@ With ``BENCH_LATENCY_CASSANDRA=1`` (default outside ``--quick``) the suite also 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -98,7 +99,7 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     }
     phases: dict[str, Any] = {}
     # (variant, WAN matrix or None for plain loopback, extra sidecar config, loaded phase?)
-    variants = (
+    variants: tuple[tuple[str, Any, dict[str, Any], bool], ...] = (
         ("wan", matrix, {}, True),
         ("wan_no_fsync", matrix, {"journal_fsync": False}, False),
         ("loopback", None, {}, False),
@@ -156,13 +157,14 @@ async def _measure(
             progress = Progress(f"isolated, region {region_of(node)}", isolated_count)
             isolated[node] = await measured(
                 metrics,
-                lambda c=client, n=node, p=progress: closed_loop(
-                    c,
-                    maker(n, 0),
+                functools.partial(
+                    closed_loop,
+                    client,
+                    maker(node, 0),
                     inflight=1,
                     count=isolated_count,
                     pause_seconds=pause,
-                    progress=p,
+                    progress=progress,
                 ),
                 pids,
             )
@@ -186,15 +188,15 @@ async def _measure(
             )
             return dict(zip(sorted(clients), parts, strict=True))
 
-        loaded, loaded_counters = await measured(metrics, loaded_all, pids)
+        loaded_results, loaded_counters = await measured(metrics, loaded_all, pids)
     finally:
         for client in clients.values():
             await client.close()
     return {
         "isolated": isolated,
-        "loaded": loaded,
+        "loaded": loaded_results,
         "loaded_counters": loaded_counters,
-        "loaded_seconds": round(max(r.seconds for r in loaded.values()), 2),
+        "loaded_seconds": round(max(r.seconds for r in loaded_results.values()), 2),
     }
 
 

@@ -41,6 +41,7 @@ import asyncio
 import random
 import tempfile
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,9 +203,13 @@ def _measure(
                 region = REGIONS[index]
                 lwt = LwtClient(session, keyspace)
                 own = keys[index * count * 2 : (index + 1) * count * 2]
+
+                def call(i: int, lwt: LwtClient = lwt, own: list[str] = own) -> Awaitable[bool]:
+                    return lwt.conditional_set(own[i], INITIAL_BALANCE, 0)
+
                 results[label][region] = asyncio.run(
                     closed_loop_calls(
-                        lambda i, lwt=lwt, own=own: lwt.conditional_set(own[i], INITIAL_BALANCE, 0),
+                        call,
                         inflight=1,
                         count=count,
                         pause_seconds=0.05,

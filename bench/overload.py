@@ -40,7 +40,7 @@ def _one(size: int) -> BurstReport:
 
 def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     del profile
-    rows = []
+    rows: list[list[Any]] = []
     reports = []
     for size in QUICK_SIZES if quick else SIZES:
         note(f"overload: burst of {size} transfers on 3 accounts")

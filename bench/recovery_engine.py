@@ -360,7 +360,7 @@ async def _tombstones(
         scope = tuple(DirectoryScope.of(settings.instance).params())
         session = runtime.cql.session
 
-        def key(window: Any, bucket: int) -> tuple[Any, ...]:
+        def tier5_key(window: Any, bucket: int) -> tuple[Any, ...]:
             return (
                 *scope,
                 window.date_of_year,
@@ -372,10 +372,10 @@ async def _tombstones(
         figures = {
             "sagas": count,
             "tier5_even_bucket_read": await asyncio.to_thread(
-                _trace, session, select, key(retry, 0)
+                _trace, session, select, tier5_key(retry, 0)
             ),
             "tier5_odd_bucket_read": await asyncio.to_thread(
-                _trace, session, select, key(restore, 1)
+                _trace, session, select, tier5_key(restore, 1)
             ),
         }
         # What a real pass reads: every query of the Retry-Node at the restore window.

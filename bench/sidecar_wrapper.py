@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accord_cassandra.cli import main as sidecar_main
 
     if args.offset_ms:
-        offset_micros = round(args.offset_ms * 1000)
+        offset_micros: int = round(args.offset_ms * 1000)
         machine_now = host.WallClock.now_micros
 
         def shifted_now(self: host.WallClock) -> int:

@@ -81,7 +81,7 @@ class Zipf:
         weights = [1.0 / (rank + 1) ** s for rank in range(n)]
         total = sum(weights)
         running = 0.0
-        self.cumulative = []
+        self.cumulative: list[float] = []
         for weight in weights:
             running += weight / total
             self.cumulative.append(running)

@@ -24,6 +24,7 @@ receipts then say which.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import statistics
 import time
@@ -277,7 +278,9 @@ class Bank:
             t = Transaction()
             for transfer_id in chunk:
                 t.let(f"r{transfer_id}", self.keyspace, "receipts", transfer_id)
-            result = await self._until_done(lambda c, t=t: c.transact(t), 30)
+            result = await self._until_done(
+                functools.partial(AsyncClient.transact, transaction=t), 30
+            )
             for transfer_id in chunk:
                 row = result.rows[f"r{transfer_id}"]  # type: ignore[attr-defined]
                 if row is not None:
