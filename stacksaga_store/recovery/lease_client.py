@@ -32,6 +32,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import ClassVar
 
 import grpc
 
@@ -54,6 +55,9 @@ OUTBOX_MAX = 64
 
 class CoordinatorLeaseClient:
     """Lease source backed by the ring coordinator. :meth:`start`, then :meth:`stop`."""
+
+    # The coordinator persists each epoch (es_ring_state) before it grants its leases.
+    persists_epochs: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -77,10 +77,10 @@ from stacksaga_store.recovery.directory import (
 from stacksaga_store.recovery.metrics import RecoveryMetrics
 from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text, reader_grace
 from stacksaga_store.recovery.writer import RecoveryWriter
-from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost
+from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost, ring_row_name
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.store.accord_store import StateChangeConflict
-from stacksaga_store.store.model import TransactionKey
+from stacksaga_store.store.model import FencingRow, TransactionKey
 from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
 
 __all__ = [
@@ -118,9 +118,19 @@ class LeaseFence:
     so the step in flight may commit. The validity used is the latest renewal seen.
     """
 
-    def __init__(self, leases: LeaseSource, lease: Lease) -> None:
+    def __init__(
+        self, leases: LeaseSource, lease: Lease, scope: DirectoryScope | None = None
+    ) -> None:
         self.leases = leases
         self.lease = lease
+        self.scope = scope
+
+    def fencing_row(self) -> FencingRow | None:
+        """The epoch row of a coordinator's lease (none for a static one: nothing moves it)."""
+        if self.scope is None or not getattr(self.leases, "persists_epochs", False):
+            return None
+        name = ring_row_name(self.lease.service_name)
+        return FencingRow(self.scope.region, self.scope.cluster, name, self.lease.epoch)
 
     def token(self) -> str | None:
         current = self.leases.current()
@@ -437,7 +447,7 @@ class RetryNode:
 
     async def _dispatch(self, entry: DirectoryEntry, lease: Lease) -> bool:
         # Own task, own context: the fence is this dispatch's alone.
-        DISPATCH_FENCE.set(LeaseFence(self.leases, lease))
+        DISPATCH_FENCE.set(LeaseFence(self.leases, lease, self.scope))
         self._in_flight += 1
         self.leases.note_in_flight(self._in_flight)
         started = time.perf_counter()

@@ -146,6 +146,14 @@ class Lease:
         return now < self.valid_until
 
 
+RING_ROW_PREFIX = "ring:"
+
+
+def ring_row_name(service_name: str) -> str:
+    """The ``es_ring_state.name`` of a service ring's fencing-epoch row."""
+    return RING_ROW_PREFIX + service_name
+
+
 class LeaseSource(Protocol):
     """Where a Retry-Node gets its lease from (the coordinator client, or a static one)."""
 

@@ -71,6 +71,7 @@ from stacksaga_store.ring.leases import (
     ServiceRing,
     TokenRange,
     margin_seconds,
+    ring_row_name,
 )
 from stacksaga_store.store.connect import open_cql
 from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
@@ -87,7 +88,6 @@ SESSIONS_MAX = 4096
 # Node messages are a few dozen bytes; anything near this is not one.
 MESSAGE_MAX_BYTES = 64 * 1024
 _SERVICE = "stacksaga_store.v1.RingCoordinator"
-_RING_PREFIX = "ring:"
 
 
 class Leadership:
@@ -196,14 +196,14 @@ class Leadership:
 
     async def read_epoch(self, service_name: str) -> int:
         rows = await self.cql.execute(
-            self._statements["epoch"], self._key(_RING_PREFIX + service_name), row_limit=1
+            self._statements["epoch"], self._key(ring_row_name(service_name)), row_limit=1
         )
         return int(rows[0]["epoch"]) if rows and rows[0]["epoch"] is not None else 0
 
     async def bump_epoch(self, service_name: str, previous: int, epoch: int) -> bool:
         """``previous`` -> ``epoch``, only while this process still holds its term."""
         sent = self.monotonic()
-        ring = self._key(_RING_PREFIX + service_name)
+        ring = self._key(ring_row_name(service_name))
         bump = (
             (self._statements["first"], [epoch, *ring])
             if previous == 0

@@ -64,7 +64,7 @@ from stacksaga_store.saga.handoff import NoRecoveryHandoff, RecoveryHandoff, Ret
 from stacksaga_store.store.accord_store import StateChangeConflict
 from stacksaga_store.store.cql import Prepared
 from stacksaga_store.store.events import CassandraEventStore, new_transaction_id
-from stacksaga_store.store.model import RestorePath, TransactionKey, TransactionView
+from stacksaga_store.store.model import FencingRow, RestorePath, TransactionKey, TransactionView
 from stacksaga_store.store.protection import GuardOutcome, MarkerKey, WriteProtection
 from stacksaga_store.store.states import (
     FINAL_STATUSES,
@@ -119,6 +119,11 @@ class StepFence(Protocol):
 
     def token(self) -> str | None:
         """The lease's epoch as text while the lease holds; None once it is lost."""
+        ...
+
+    def fencing_row(self) -> FencingRow | None:
+        """Where the lease's epoch is persisted (a coordinator's lease), else None. The accord
+        mode makes each state change of the dispatch conditional on that row."""
         ...
 
 
@@ -359,10 +364,10 @@ class Orchestrator:
             if action.kind is NextKind.NONE:
                 return run.outcome()
             if action.kind is NextKind.COMPLETE:
-                await self._finish(run, Event.LAST_STEP_SUCCEEDED)
+                await self._finish(run, Event.LAST_STEP_SUCCEEDED, fence)
                 return run.outcome()
             if action.kind is NextKind.REVERT_COMPLETE:
-                await self._finish(run, Event.LAST_COMPENSATION_SUCCEEDED)
+                await self._finish(run, Event.LAST_COMPENSATION_SUCCEEDED, fence)
                 return run.outcome()
             check_state(action.step_name is not None, "a step action names its step")
             kind = ExecutionType(action.kind.value)
@@ -381,9 +386,9 @@ class Orchestrator:
         done = progress(run.saga.step_names, run.tryouts)
         return next_action(run.status, run.saga.step_names, run.saga.compensable, done)
 
-    async def _finish(self, run: _Run, event: Event) -> None:
+    async def _finish(self, run: _Run, event: Event, fence: StepFence | None = None) -> None:
         """Write a final status the last invocation did not already write, then release."""
-        async with self.store.state_change("finish"):
+        async with self.store.state_change("finish", fence=_fencing_row(fence)):
             if run.status not in FINAL_STATUSES:
                 run.status = transition(run.status, event)
                 await self.store.write_state(run.key, run.status, run.payload.encode(), self._now())
@@ -401,7 +406,7 @@ class Orchestrator:
         """One step invocation and its outcome's writes: one state change (accord: one
         transaction, refused if another worker recorded the invocation first)."""
         try:
-            async with self.store.state_change("step"):
+            async with self.store.state_change("step", fence=_fencing_row(fence)):
                 return await self._invoke_step(run, step, kind, heal_skips=heal_skips, fence=fence)
         except StateChangeConflict as exc:
             logger.warning("txn=%s step=%s: %s", run.key, step.name, exc)
@@ -689,6 +694,10 @@ class Orchestrator:
         # Cassandra keeps milliseconds; truncating here keeps memory and store identical.
         now = self.clock.now()
         return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _fencing_row(fence: StepFence | None) -> FencingRow | None:
+    return None if fence is None else fence.fencing_row()
 
 
 def _finished(tryouts: Sequence[TryoutRecord]) -> set[tuple[str, ExecutionType]]:

@@ -57,8 +57,6 @@ from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
 from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
-    LeaseFencedError,
-    LeaseLostError,
     StackSagaError,
     TransactionHistoryFullError,
     TransactionNotFoundError,
@@ -72,6 +70,7 @@ from stacksaga_store.store.events import (
     _check_payload,
 )
 from stacksaga_store.store.model import (
+    FencingRow,
     FrozenRecord,
     RestorePath,
     TransactionKey,
@@ -87,10 +86,11 @@ from stacksaga_store.store.protection import (
     MarkerSnapshot,
     Write,
     WriteProtection,
+    range_moved,
+    strict_holder,
 )
 from stacksaga_store.store.states import (
     FINAL_STATUSES,
-    LEASE_PREFIX,
     PARKED_STATUSES,
     ExecutionType,
     MarkerState,
@@ -101,6 +101,7 @@ from stacksaga_store.store.states import (
 
 __all__ = [
     "ACCORD_COMMIT_ATTEMPTS_MAX",
+    "FENCE_PART",
     "AccordChange",
     "AccordCommitError",
     "AccordEventStore",
@@ -130,6 +131,9 @@ TRANSACTION = "es_transaction"
 TRYOUT = "es_transaction_tryout"
 FROZEN = "es_frozen_transaction"
 MARKERS = "es_execution_markers"
+RING_STATE = "es_ring_state"
+# The part of a state change that fences it by its range lease's epoch (see fence_part).
+FENCE_PART = "range lease still at"
 
 
 def sidecar_client() -> Any:
@@ -259,6 +263,8 @@ class Part:
     repair: Callable[[], bool] | None = None
     # Did this part's condition hold over what the transaction read? (None: no condition.)
     held: Callable[[AccordOutcome, str], bool] | None = None
+    # A condition only (a fence): a change of guards alone writes nothing and is not sent.
+    guard: bool = False
 
 
 class StateChangeConflict(StackSagaError):
@@ -352,7 +358,7 @@ class AccordChange:
         return txn
 
     async def commit(self) -> AccordOutcome | None:
-        if not self.parts:
+        if all(part.guard for part in self.parts):
             return None
         ordinal = self.crashes.count(self.label)
         self.crashes.hit(self.label, "before", ordinal)
@@ -399,13 +405,20 @@ class ChangeRunner:
         self.crashes = crashes or CommitCrashes()
 
     @contextlib.asynccontextmanager
-    async def state_change(self, label: str) -> AsyncIterator[AccordChange]:
-        """One Accord transaction for everything submitted inside (joins an open one)."""
+    async def state_change(
+        self, label: str, guard: Part | None = None
+    ) -> AsyncIterator[AccordChange]:
+        """One Accord transaction for everything submitted inside (joins an open one);
+        ``guard`` (a condition part) joins it too, once per change."""
         outer = _CURRENT.get()
         if outer is not None:
+            if guard is not None and all(p.what != guard.what for p in outer.parts):
+                outer.add(guard)
             yield outer
             return
         change = AccordChange(self.gateway, label, self.crashes)
+        if guard is not None:
+            change.add(guard)
         token = _CURRENT.set(change)
         try:
             yield change
@@ -468,8 +481,28 @@ class AccordEventStore(CassandraEventStore):
 
     # -- state changes -----------------------------------------------------------------------
 
-    def state_change(self, label: str) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self.runner.state_change(label)
+    def state_change(
+        self, label: str, *, fence: FencingRow | None = None
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self.runner.state_change(label, None if fence is None else self.fence_part(fence))
+
+    def fence_part(self, fence: FencingRow) -> Part:
+        """The condition that the range lease a dispatch runs under is still the current one:
+        its fencing row, read in the change's own transaction, still holds its epoch. A
+        dispatch whose range moved on (a paused node waking after a new epoch was persisted)
+        is refused and writes nothing, however late its transaction arrives. No ``mine``: a
+        refused copy of a committed change is recognised by its other parts."""
+        ks, pk, name = self.keyspace, [fence.region, fence.cluster], (fence.name,)
+
+        def build(txn: Any, tag: str) -> None:
+            row = txn.let(f"{tag}e", ks, RING_STATE, pk, name)
+            txn.where(row["epoch"] == fence.epoch)
+
+        def held(outcome: AccordOutcome, tag: str) -> bool:
+            row = outcome.rows.get(f"{tag}e")
+            return row is not None and row.get("epoch") == fence.epoch
+
+        return Part(f"{FENCE_PART} {fence.name} epoch {fence.epoch}", build, held=held, guard=True)
 
     @staticmethod
     def pk(key: TransactionKey) -> list[object]:
@@ -518,13 +551,7 @@ class AccordEventStore(CassandraEventStore):
             "updated_at": ms(now),
             "payload": payload,
         }
-        if path is not None:
-            columns.update(
-                restore_date=path.date_of_year,
-                restore_window=path.window,
-                restore_instance_id=path.instance_id,
-                restore_bucket=path.bucket,
-            )
+        columns.update(_path_columns(path))
 
         def build(txn: Any, tag: str) -> None:
             row = txn.let(f"{tag}t", ks, TRANSACTION, pk)
@@ -574,15 +601,7 @@ class AccordEventStore(CassandraEventStore):
                     row["restore_bucket"] == expect.bucket,
                     *(row["running_status"] != status for status in _NOT_ACTIVE),
                 )
-            txn.update(
-                ks,
-                TRANSACTION,
-                pk,
-                restore_date=path.date_of_year,
-                restore_window=path.window,
-                restore_instance_id=path.instance_id,
-                restore_bucket=path.bucket,
-            )
+            txn.update(ks, TRANSACTION, pk, values=_path_columns(path))
 
         def mine(outcome: AccordOutcome, tag: str) -> bool:
             return _path(outcome.rows.get(f"{tag}t")) == path
@@ -771,19 +790,25 @@ class AccordEventStore(CassandraEventStore):
             "updated_at": ms(now),
             "payload": payload,
         }
-        if path is not None:
-            columns.update(
-                restore_date=path.date_of_year,
-                restore_window=path.window,
-                restore_instance_id=path.instance_id,
-                restore_bucket=path.bucket,
-            )
+        columns.update(_path_columns(path))
 
         def build(txn: Any, tag: str) -> None:
             txn.update(ks, TRANSACTION, pk, values=columns)
             txn.delete(ks, FROZEN, pk)
 
         await self.runner.submit(Part("unfreeze", build), "unfreeze")
+
+
+def _path_columns(path: RestorePath | None) -> dict[str, object]:
+    """es_transaction's restore_* cells naming ``path`` (none without one)."""
+    if path is None:
+        return {}
+    return {
+        "restore_date": path.date_of_year,
+        "restore_window": path.window,
+        "restore_instance_id": path.instance_id,
+        "restore_bucket": path.bucket,
+    }
 
 
 def _blob(value: object) -> bytes:
@@ -969,11 +994,7 @@ class AccordProtection(WriteProtection):
         fence: Callable[[], str | None] | None = None,
     ) -> GuardResult[T]:
         mode = ConsistencyMode.STRICT
-        holder_id = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
-        epoch = fence() if fence is not None else None
-        if fence is not None and epoch is None:
-            raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
-        holder = holder_id if epoch is None else f"{holder_id}@{epoch}"
+        holder, epoch = strict_holder(key, fence)
         final, waits = await self._acquire_accord(key, holder, policy)
         if final is not None:
             return GuardResult(_SKIP[final], None, mode, waits)
@@ -990,14 +1011,10 @@ class AccordProtection(WriteProtection):
             else:
                 await self._drop_lease(key, holder)
             raise
-        if fence is not None:
-            now_epoch = fence()
-            if now_epoch != epoch:
-                await self._drop_lease(key, holder)
-                raise LeaseLostError(
-                    f"{key.transaction} step {key.step_id}: the range lease moved while the step "
-                    f"ran (epoch {epoch} -> {now_epoch}); not committed"
-                )
+        moved = range_moved(key, fence, epoch)
+        if moved is not None:
+            await self._drop_lease(key, holder)
+            raise moved
         for part in self._result_parts(result_writes(value)):
             await self.runner.submit(part)
         await self.runner.submit(

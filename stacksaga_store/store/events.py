@@ -52,6 +52,7 @@ from stacksaga_store.errors import (
 )
 from stacksaga_store.store.cql import CqlSession, Prepared, StatementKind, StoreUnavailableError
 from stacksaga_store.store.model import (
+    FencingRow,
     FrozenRecord,
     RestorePath,
     TransactionKey,
@@ -219,10 +220,14 @@ class CassandraEventStore:
         for name, (cql, kind, table) in specs.items():
             self._statements[name] = await self.cql.prepare(cql, kind=kind, table=table)
 
-    def state_change(self, label: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    def state_change(
+        self, label: str, *, fence: FencingRow | None = None
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
         """The writes of one saga state change. Here (the ``ordered`` mode) each is sent on
         its own, in the order the orchestrator issues them; the accord mode's store
-        (:mod:`stacksaga_store.store.accord_store`) commits them as one transaction."""
+        (:mod:`stacksaga_store.store.accord_store`) commits them as one transaction, refused
+        if ``fence`` names an epoch its row no longer holds. (Ordered mode fences through
+        the STRICT marker's commit condition instead.)"""
         return contextlib.nullcontext()
 
     def _statement(self, name: str) -> Prepared:

@@ -13,12 +13,26 @@ from stacksaga_store.config.settings import InstanceProperties
 from stacksaga_store.store.states import RunningStatus, TryoutRecord
 
 __all__ = [
+    "FencingRow",
     "FrozenRecord",
     "RestorePath",
     "TransactionKey",
     "TransactionRecord",
     "TransactionView",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class FencingRow:
+    """Where a range lease's epoch is persisted, and the epoch a dispatch started under:
+    ``es_ring_state(region, cluster, name).epoch`` (the ring coordinator writes it before it
+    grants the epoch's leases). The accord mode refuses a fenced dispatch's state change
+    inside its transaction once the row holds another epoch."""
+
+    region: str
+    cluster: str
+    name: str
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -135,6 +135,33 @@ _SKIP = {
 }
 
 
+def strict_holder(key: MarkerKey, fence: Callable[[], str | None] | None) -> tuple[str, str | None]:
+    """A STRICT attempt's lease holder (``LEASED:<id>[@<epoch>]``) and the range lease's epoch
+    it starts under; :class:`LeaseFencedError` if the fence is already lost. Both modes'
+    protections."""
+    holder_id = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
+    epoch = fence() if fence is not None else None
+    if fence is not None and epoch is None:
+        raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
+    return (holder_id if epoch is None else f"{holder_id}@{epoch}"), epoch
+
+
+def range_moved(
+    key: MarkerKey, fence: Callable[[], str | None] | None, epoch: str | None
+) -> LeaseLostError | None:
+    """After the step ran: the error to raise (once the attempt's lease is dropped) if the
+    range lease moved meanwhile, else None."""
+    if fence is None:
+        return None
+    now_epoch = fence()
+    if now_epoch == epoch:
+        return None
+    return LeaseLostError(
+        f"{key.transaction} step {key.step_id}: the range lease moved while the step "
+        f"ran (epoch {epoch} -> {now_epoch}); not committed"
+    )
+
+
 class WriteProtection:
     """Runs actions under STRICT or RELAXED_WITH_DEDUP markers. Call :meth:`prepare` first."""
 
@@ -295,11 +322,7 @@ class WriteProtection:
         fence: Callable[[], str | None] | None = None,
     ) -> GuardResult[T]:
         mode = ConsistencyMode.STRICT
-        holder_id = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
-        epoch = fence() if fence is not None else None
-        if fence is not None and epoch is None:
-            raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
-        holder = holder_id if epoch is None else f"{holder_id}@{epoch}"
+        holder, epoch = strict_holder(key, fence)
         final, waits = await self._acquire(key, holder, policy)
         if final is not None:
             return GuardResult(_SKIP[final], None, mode, waits)
@@ -309,14 +332,10 @@ class WriteProtection:
             target = MarkerState.FAILED if is_final_failure(error) else None
             await self._after_failure(key, holder, target)
             raise
-        if fence is not None:
-            now_epoch = fence()
-            if now_epoch != epoch:
-                await self._after_failure(key, holder, None)
-                raise LeaseLostError(
-                    f"{key.transaction} step {key.step_id}: the range lease moved while the step "
-                    f"ran (epoch {epoch} -> {now_epoch}); not committed"
-                )
+        moved = range_moved(key, fence, epoch)
+        if moved is not None:
+            await self._after_failure(key, holder, None)
+            raise moved
         for prepared, params in result_writes(value):
             await self.cql.execute(prepared, params)
         if not await self._finish(key, holder, MarkerState.COMMITTED):

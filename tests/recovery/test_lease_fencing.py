@@ -75,6 +75,9 @@ class CountdownFence:
         self.left -= 1
         return "e1"
 
+    def fencing_row(self) -> None:
+        return None
+
 
 def _settings(service: str, mode: str, lease: str = "5s") -> Any:
     overrides = recovery_overrides(service)
