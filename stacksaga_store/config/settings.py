@@ -288,6 +288,9 @@ class AccordProperties(_Properties):
     keyspace: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
     token: str | None = None
     timeout: Duration = timedelta(seconds=15)
+    # Instance ids a writer spreads its directory slots over (stacksaga_store/recovery/
+    # writer.py, "Write lanes"): concurrent starts then touch different keys.
+    write_lanes: int = Field(default=16, ge=1, le=256)
 
     @field_validator("timeout")
     @classmethod

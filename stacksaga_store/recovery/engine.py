@@ -109,6 +109,7 @@ class RecoveryEngine:
             clock=used_clock,
             instance_id=instance_id,
             crash=crash,
+            lanes=recovery.accord.write_lanes if mode is CommitModeName.ACCORD else 1,
         )
         return cls(runtime, directory, commit, writer, used_clock, gateway)
 

@@ -30,6 +30,17 @@ in steady state a start costs the Tier-5 row plus the es_transaction row: 2 Cass
 (the ``accord`` mode adds one Accord transaction). Remembered buckets are forgotten once their
 window is older than the reader's window, so memory stays bounded by the windows in flight.
 
+Write lanes (accord mode). Accord orders every pair of transactions that touch a common
+key, and a sidecar admits only a few at a time per key; with one instance id, every saga
+start of a window names the same Tier-4 row (the cached-bucket condition) and the same Tier-5
+partition, so starts ran one key's worth at a time. A writer in the ``accord`` mode therefore
+draws ``recovery.accord.write-lanes`` instance ids (default 16) and sends slot *n* to lane
+``n % lanes``: concurrent starts name different Tier-4 rows and Tier-5 partitions and commit
+side by side. Each lane is an ordinary instance to the readers (its own Tier-3 marker,
+token and buckets), so its rows also spread over the Retry-Nodes' token ranges; the cost is
+up to ``lanes`` times more Tier-3/4 rows and Tier-5 partitions per window, each registered
+once. ``ordered`` mode keeps the seed's one instance id: its plain writes do not serialise.
+
 Late writes. A retry pointer can reach Cassandra after its window W+1 started (a long pause, a
 slow network); a Retry-Node may then already have walked that window and dropped the bucket,
 and the bucket's partition tombstone, newer than the row's write timestamp, shadows the row
@@ -80,6 +91,8 @@ logger = logging.getLogger(__name__)
 LATE_POINTER_ATTEMPTS = 3
 # Accord: watchdogs released by a step's change, so the completion does not delete again.
 RELEASED_REMEMBERED = 10_000
+# Accord: instance ids a writer spreads its slots over (recovery.accord.write-lanes).
+LANES_MAX = 256
 
 
 def new_instance_id() -> str:
@@ -105,8 +118,12 @@ class RecoveryWriter:
         clock: Clock | None = None,
         instance_id: str | None = None,
         crash: CrashPoints | None = None,
+        lanes: int = 1,
     ) -> None:
+        """``lanes``: instance ids to spread slots over (1 in ``ordered`` mode: the seed's
+        one instance per process; module docstring, "Write lanes")."""
         recovery = settings.cassandra.recovery
+        check_state(1 <= lanes <= LANES_MAX, f"write lanes must be 1..{LANES_MAX}, got {lanes}")
         self.directory = directory
         self.events = events
         self.commit = commit
@@ -121,6 +138,8 @@ class RecoveryWriter:
         self.delay_windows = recovery.restore.delay_windows
         self.instance_id = instance_id or new_instance_id()
         self.instance_id_token = instance_token(self.instance_id)
+        self.instance_ids = (self.instance_id, *(new_instance_id() for _ in range(lanes - 1)))
+        self._tokens = {i: instance_token(i) for i in self.instance_ids}
         self.crash = crash or CrashPoints()
         self._counters: dict[tuple[WindowId, BucketKind], int] = {}
         self._paths: dict[BucketRef, asyncio.Task[None]] = {}
@@ -132,11 +151,17 @@ class RecoveryWriter:
     # -- slots and buckets -------------------------------------------------------------------
 
     def allocate(self, window: WindowId, kind: BucketKind) -> BucketRef:
-        """The next slot of ``kind`` in ``window``: its bucket (rolls over at bucket-size)."""
+        """The next slot of ``kind`` in ``window``: its bucket (rolls over at bucket-size).
+
+        With write lanes, slot *n* goes to lane ``n % lanes`` (that lane's instance id) as
+        slot ``n // lanes`` of the lane, so every bucket still holds at most bucket-size
+        rows (module docstring, "Write lanes")."""
         slot = self._counters.get((window, kind), 0)
         self._counters[window, kind] = slot + 1
+        lanes = len(self.instance_ids)
+        lane, slot = slot % lanes, slot // lanes
         index = (slot // self.bucket_size) * 2 + (1 if kind is BucketKind.RESTORE else 0)
-        return BucketRef(window, self.instance_id, index)
+        return BucketRef(window, self.instance_ids[lane], index)
 
     async def _ensure_path(self, bucket: BucketRef) -> None:
         """Tier 1-4 (and the mode's bucket set-up), once per bucket per process."""
@@ -150,7 +175,7 @@ class RecoveryWriter:
         await asyncio.shield(task)
 
     async def _register(self, bucket: BucketRef) -> None:
-        await self.directory.register_path(self.scope, bucket, self.instance_id_token)
+        await self.directory.register_path(self.scope, bucket, self._tokens[bucket.instance_id])
         await self.commit.prepare_bucket(self.scope, bucket)
 
     async def _insert(self, bucket: BucketRef, key: TransactionKey) -> None:
@@ -169,6 +194,12 @@ class RecoveryWriter:
         cached = bucket in self._registered and self.clock.now() < self.windows.start(bucket.window)
         if not cached:
             await self._register(bucket)
+            # Cached from now on, before this change commits: the starts sent meanwhile
+            # take the cached form instead of all writing Tiers 1-4 (hot keys: every one
+            # conflicted with every other). Safe, as the cached form holds only while the
+            # Tier-4 row exists: one ordered before this change, or sent after it failed,
+            # is refused and repairs itself.
+            self._registered.add(bucket)
         after_commit(lambda: self._registered.add(bucket))
         change = current_change()
         if change is not None:
@@ -178,7 +209,7 @@ class RecoveryWriter:
             bucket,
             key.transaction_id,
             tier4_cached=cached,
-            instance_id_token=self.instance_id_token,
+            instance_id_token=self._tokens[bucket.instance_id],
             on_repair=self._repaired,
         )
 

@@ -184,6 +184,14 @@ def accord_recovery(addresses: list[str]) -> dict[str, Any]:
     return {"commit-mode": "accord", "accord": {"sidecars": addresses, "timeout": "20s"}}
 
 
+def one_lane(mode: dict[str, Any]) -> dict[str, Any]:
+    """``mode`` with the accord writer on one instance id (``write-lanes: 1``), for tests of
+    what happens to one bucket: with lanes, consecutive sagas use different instances."""
+    if "accord" not in mode:
+        return mode
+    return {**mode, "accord": {**mode["accord"], "write-lanes": 1}}
+
+
 @pytest.fixture(params=["ordered", "accord"])
 def mode(request: pytest.FixtureRequest) -> dict[str, Any]:
     """Recovery settings of each commit mode in turn (``accord`` starts the sidecars)."""

@@ -29,7 +29,7 @@ from stacksaga_store.ring.leases import StaticLeaseSource
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.store.states import RunningStatus
 from tests.recovery._helpers import DirectoryDump, dump_directory
-from tests.recovery.conftest import T0, Stack, StackFactory
+from tests.recovery.conftest import T0, Stack, StackFactory, one_lane
 from tests.stacksaga.conftest import run
 
 pytestmark = pytest.mark.cassandra
@@ -258,7 +258,7 @@ def test_finished_sagas_leave_restore_buckets_that_cost_nothing_to_drop(
     empty bucket without dispatching anything."""
 
     async def body() -> None:
-        async with open_stack(**mode) as stack:
+        async with open_stack(**one_lane(mode)) as stack:
             steps = Steps()
             orchestrator = stack.engine.orchestrator(sagas=[steps.saga()])
             for _ in range(5):

@@ -35,7 +35,7 @@ from stacksaga_store.recovery.retry_node import DispatchOutcome
 from stacksaga_store.recovery.windows import READ_GRACE_FLOOR
 from stacksaga_store.store.accord_store import SimulatedCommitCrash
 from stacksaga_store.store.states import RunningStatus, TryoutStatus
-from tests.recovery.conftest import StackFactory
+from tests.recovery.conftest import StackFactory, one_lane
 from tests.recovery.test_commit_modes import MINUTE, Steps, drain, node_of, status_of
 from tests.stacksaga.conftest import run
 
@@ -127,7 +127,7 @@ def test_a_pointer_landing_as_its_bucket_is_dropped_is_retried_a_window_later(
         steps = Steps()
         steps.fail_first = True
         first, late = uuid.uuid4(), uuid.uuid4()
-        async with open_stack(clock=clock, **mode) as stack:
+        async with open_stack(clock=clock, **one_lane(mode)) as stack:
             directory = stack.engine.writer.directory
             sent = asyncio.Event()
             dropped = asyncio.Event()
