@@ -19,8 +19,9 @@ from stacksaga_store.recovery.retry_node import DispatchOutcome
 from stacksaga_store.ring.leases import StaticLeaseSource
 from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.store.states import RunningStatus, TryoutStatus
-from tests.recovery._helpers import dump_directory
+from tests.recovery._helpers import TIERS, dump_directory
 from tests.recovery.conftest import StackFactory
+from tests.recovery.test_commit_modes import settled_dump
 from tests.stacksaga.conftest import run
 
 pytestmark = pytest.mark.cassandra
@@ -234,6 +235,14 @@ def test_a_failure_just_before_midnight_is_retried_in_window_0_of_the_next_day(
             node = stack.engine.retry_node(orchestrator, StaticLeaseSource(service_name))
             outcome = await orchestrator.start(saga, {})
             assert outcome.status is RunningStatus.FAILED_WITH_RETRYABLE_ERROR
+            # Accord: the pass reads Tiers 1-4 plainly; wait until the pointer's change landed
+            # (a client hears of a commit before the replicas wrote it to Cassandra).
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            await settled_dump(
+                stack,
+                scope,
+                lambda d: bool(d.tier5_transactions(odd=False)) and d.count(TIERS[0]) > 0,
+            )
             clock.advance(MINUTE)  # 00:00:30 on the 13th
             report = await node.run_pass()
             assert report.dispatched == 1, report
@@ -243,7 +252,6 @@ def test_a_failure_just_before_midnight_is_retried_in_window_0_of_the_next_day(
             clock.advance(10 * MINUTE)
             await node.run_pass()
             assert len(runs) == 2
-            scope = DirectoryScope.of(stack.runtime.settings.instance)
             assert (await dump_directory(stack.runtime, scope)).empty_below_tier2
 
     run(body())
