@@ -86,8 +86,6 @@ from stacksaga_store.store.protection import (
     MarkerSnapshot,
     Write,
     WriteProtection,
-    range_moved,
-    strict_holder,
 )
 from stacksaga_store.store.states import (
     FINAL_STATUSES,
@@ -984,47 +982,30 @@ class AccordProtection(WriteProtection):
         )
         return GuardResult(GuardOutcome.EXECUTED, value, mode)
 
-    async def _run_strict(
-        self,
-        key: MarkerKey,
-        policy: ProtectionPolicy,
-        action: Callable[[], Awaitable[T]],
-        result_writes: Callable[[T], Sequence[Write]],
-        is_final_failure: Callable[[Exception], bool],
-        fence: Callable[[], str | None] | None = None,
-    ) -> GuardResult[T]:
-        mode = ConsistencyMode.STRICT
-        holder, epoch = strict_holder(key, fence)
-        final, waits = await self._acquire_accord(key, holder, policy)
-        if final is not None:
-            return GuardResult(_SKIP[final], None, mode, waits)
-        try:
-            value = await action()
-        except Exception as error:
-            if is_final_failure(error):
-                # In the failure's state change: FAILED only while the lease is still ours.
-                await self.runner.submit(
-                    self._marker_part(
-                        key, "lease still ours", expect=holder, write=MarkerState.FAILED.value
-                    )
-                )
-            else:
-                await self._drop_lease(key, holder)
-            raise
-        moved = range_moved(key, fence, epoch)
-        if moved is not None:
+    # STRICT: the base class's flow (WriteProtection._run_strict) with Accord's three steps.
+
+    async def _after_failure(self, key: MarkerKey, holder: str, target: MarkerState | None) -> None:
+        if target is None:
             await self._drop_lease(key, holder)
-            raise moved
-        for part in self._result_parts(result_writes(value)):
+            return
+        # In the failure's state change: FAILED only while the lease is still ours.
+        await self.runner.submit(
+            self._marker_part(key, "lease still ours", expect=holder, write=target.value)
+        )
+
+    async def _commit_strict(
+        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
+    ) -> None:
+        """Into the step's state change: the result, and COMMITTED while the lease is ours."""
+        for part in self._result_parts(writes):
             await self.runner.submit(part)
         await self.runner.submit(
             self._marker_part(
                 key, "lease still ours", expect=holder, write=MarkerState.COMMITTED.value
             )
         )
-        return GuardResult(GuardOutcome.EXECUTED, value, mode, waits)
 
-    async def _acquire_accord(
+    async def _acquire(
         self, key: MarkerKey, holder: str, policy: ProtectionPolicy
     ) -> tuple[MarkerState | None, int]:
         """(None, waits) once we hold the lease; (final state, waits) if the step is done."""

@@ -336,14 +336,20 @@ class WriteProtection:
         if moved is not None:
             await self._after_failure(key, holder, None)
             raise moved
-        for prepared, params in result_writes(value):
+        await self._commit_strict(key, holder, policy, result_writes(value))
+        return GuardResult(GuardOutcome.EXECUTED, value, mode, waits)
+
+    async def _commit_strict(
+        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
+    ) -> None:
+        """The step's result, then our lease rewritten to COMMITTED if it is still ours."""
+        for prepared, params in writes:
             await self.cql.execute(prepared, params)
         if not await self._finish(key, holder, MarkerState.COMMITTED):
             raise LeaseLostError(
                 f"{key.transaction} step {key.step_id}: the lease expired before the commit "
                 f"(lease {policy.lease_seconds}s); another worker may have run it too"
             )
-        return GuardResult(GuardOutcome.EXECUTED, value, mode, waits)
 
     async def _acquire(
         self, key: MarkerKey, holder: str, policy: ProtectionPolicy
