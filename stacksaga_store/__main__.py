@@ -189,6 +189,53 @@ def cmd_coordinator_key(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _admin_token(args: argparse.Namespace) -> str | None:
+    """From --admin-token-file (first line) or STACKSAGA_CONSOLE_ADMIN_TOKEN; never argv."""
+    import os
+
+    if args.admin_token_file is not None:
+        try:
+            token = args.admin_token_file.read_text().splitlines()[0].strip()
+        except (OSError, IndexError) as exc:
+            raise ConfigError.single("--admin-token-file", f"cannot read a token: {exc}") from exc
+    else:
+        token = os.environ.get("STACKSAGA_CONSOLE_ADMIN_TOKEN", "").strip()
+    if token and len(token) < 16:
+        raise ConfigError.single("admin token", "must be at least 16 characters")
+    return token or None
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from stacksaga_store.console.server import serve_console
+
+    settings = _settings(args)
+    sagas = load_sagas(args.sagas) if args.sagas else []
+    try:
+        from accord_cassandra.ports import split_address
+
+        split_address(args.listen)
+    except ValueError as exc:
+        raise ConfigError.single("--listen", str(exc)) from None
+    if args.live_interval < 0.2 or args.live_interval > 60:
+        raise ConfigError.single("--live-interval", "must be within 0.2..60 seconds")
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    return asyncio.run(
+        serve_console(
+            settings,
+            listen=args.listen,
+            admin_token=_admin_token(args),
+            sagas=sagas,
+            sidecars=args.sidecar_metrics or [],
+            recovery_metrics=args.recovery_metrics or [],
+            live_interval=args.live_interval,
+            out=out,
+        )
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from stacksaga_store.demo import run_demo
 
@@ -249,6 +296,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key.add_argument("--node-id", required=True, help="the Retry-Node's node id")
     key.set_defaults(handler=cmd_coordinator_key)
+    console = sub.add_parser(
+        "console", help="the Trace Window: a web console for sagas, recovery and sidecars"
+    )
+    console.add_argument("--listen", default="127.0.0.1:4545", help="host:port (port 0: any)")
+    console.add_argument(
+        "--sagas", help="module:attribute of the saga definitions (needed for admin restore)"
+    )
+    console.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="file whose first line is the admin token (else $STACKSAGA_CONSOLE_ADMIN_TOKEN; "
+        "none: read-only)",
+    )
+    console.add_argument(
+        "--sidecar-metrics", action="append", help="a sidecar's metrics URL (repeatable)"
+    )
+    console.add_argument(
+        "--recovery-metrics", action="append", help="a Retry-Node's metrics URL (repeatable)"
+    )
+    console.add_argument(
+        "--live-interval", type=float, default=2.0, help="seconds between censuses (live page)"
+    )
+    console.set_defaults(handler=cmd_console)
     demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")
     demo.add_argument("--node-ip", default=DEMO_NODE_IP, help="loopback address for the node")
     demo.add_argument("--contact-point", help="use a running Cassandra (host[:port]) instead")
