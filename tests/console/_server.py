@@ -21,6 +21,7 @@ from accord_cassandra.launcher import CassandraHandle
 from stacksaga_store.config.driver import parse_driver_config
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
 from stacksaga_store.console.app import ConsoleConfig, build_app
+from stacksaga_store.console.backend import ConsoleBackend
 from stacksaga_store.console.sample import SampleWorld, sample_saga, seed
 from stacksaga_store.console.server import ConsoleServer, open_console
 from stacksaga_store.recovery.engine import RecoveryEngine
@@ -72,6 +73,7 @@ class RunningConsole:
     world: SampleWorld
     orchestrator: Orchestrator  # a second Standard-Node on the same keyspace (for new sagas)
     loop: asyncio.AbstractEventLoop
+    backend: ConsoleBackend
     extra: dict[str, Any] = field(default_factory=dict)
 
     def call(self, fn: Callable[[], Awaitable[T]], timeout: float = 120.0) -> T:
@@ -123,6 +125,7 @@ def running_console(
                     world,
                     writer,
                     asyncio.get_running_loop(),
+                    console.backend,
                 )
             )
             await stop["event"].wait()
