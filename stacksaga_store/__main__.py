@@ -206,13 +206,10 @@ def _admin_token(args: argparse.Namespace) -> str | None:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    from accord_cassandra.ports import split_address
     from stacksaga_store.console.server import serve_console
 
-    settings = _settings(args)
-    sagas = load_sagas(args.sagas) if args.sagas else []
     try:
-        from accord_cassandra.ports import split_address
-
         split_address(args.listen)
     except ValueError as exc:
         raise ConfigError.single("--listen", str(exc)) from None
@@ -221,6 +218,11 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     def out(line: str) -> None:
         print(line, flush=True)
+
+    if args.demo:
+        return _console_demo(args, out)
+    settings = _settings(args)
+    sagas = load_sagas(args.sagas) if args.sagas else []
 
     return asyncio.run(
         serve_console(
@@ -234,6 +236,41 @@ def cmd_console(args: argparse.Namespace) -> int:
             out=out,
         )
     )
+
+
+def _console_demo(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from stacksaga_store.console.demo import run_console_demo
+
+    def run(points: list[tuple[str, int]]) -> int:
+        return asyncio.run(
+            run_console_demo(
+                points,
+                listen=args.listen,
+                admin_token=_admin_token(args),
+                interval=args.demo_interval,
+                out=out,
+            )
+        )
+
+    if args.contact_point:
+        host, _, port = args.contact_point.partition(":")
+        return run([(host, int(port or 9042))])
+    from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="stacksaga-console-demo-") as base_dir:
+        spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")
+        cluster = LocalCluster(spec, Path(base_dir))
+        out(f"starting a Cassandra node on {args.node_ip}:9042 (takes ~10-30 s) ...")
+        try:
+            cluster.start()
+        except LauncherError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        try:
+            return run([(args.node_ip, spec.native_port)])
+        finally:
+            out("stopping the demo node ...")
+            cluster.stop(clean=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -317,6 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.add_argument(
         "--live-interval", type=float, default=2.0, help="seconds between censuses (live page)"
+    )
+    console.add_argument(
+        "--demo",
+        action="store_true",
+        help="demo: start a Cassandra node (or use --contact-point), seed sagas, add traffic",
+    )
+    console.add_argument("--node-ip", default=DEMO_NODE_IP, help="--demo: node's loopback address")
+    console.add_argument("--contact-point", help="--demo: use a running Cassandra (host[:port])")
+    console.add_argument(
+        "--demo-interval", type=float, default=1.0, help="--demo: seconds between new orders"
     )
     console.set_defaults(handler=cmd_console)
     demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")

@@ -1,7 +1,9 @@
 """Sagas in every state, for the console's demo and tests: one ``order`` saga whose steps
 fail on purpose as its aggregate says, and :func:`seed` that leaves one saga in each state.
 
-``SampleWorld`` holds the switches: a refund marked ``broken`` fails permanently (the saga
+The ``-once`` variants (``unavailable-once``, ``broken-once``) fail the first attempt only:
+the demo's traffic, whose retries and restores then succeed. ``SampleWorld`` holds the
+switches: a refund marked ``broken`` fails permanently (the saga
 freezes), ``flaky`` retryably (REVERT_FAILED_WITH_RETRYABLE_ERROR), until ``refunds_fixed``;
 a payment marked ``unavailable`` fails retryably until ``payment_fixed``. So after
 ``world.refunds_fixed = True`` an admin restore of the frozen saga finishes its compensation.
@@ -18,7 +20,7 @@ from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.saga.orchestrator import Orchestrator, StepEvent
 from stacksaga_store.store.states import ExecutionType
 
-__all__ = ["SAMPLE_STATES", "SampleWorld", "sample_saga", "seed"]
+__all__ = ["SAMPLE_STATES", "SampleWorld", "sample_saga", "seed", "traffic_order"]
 
 
 @dataclass
@@ -39,14 +41,19 @@ def sample_saga(world: SampleWorld) -> Saga:
 
     async def charge(ctx: StepContext) -> dict[str, Any]:
         world.calls.append(f"charge {ctx.transaction_id}")
-        if ctx.aggregate.get("payment") == "unavailable" and not world.payment_fixed:
+        mode = ctx.aggregate.get("payment")
+        if (mode == "unavailable" and not world.payment_fixed) or (
+            mode == "unavailable-once" and ctx.attempt == 1
+        ):
             raise RetryableStepError("payment provider: HTTP 503 Service Unavailable")
         return {"payment_id": f"P-{ctx.idempotency_key[:8]}"}
 
     async def refund(ctx: StepContext) -> None:
         world.calls.append(f"refund {ctx.transaction_id}")
         mode = ctx.aggregate.get("refund")
-        if mode == "broken" and not world.refunds_fixed:
+        if (mode == "broken" and not world.refunds_fixed) or (
+            mode == "broken-once" and ctx.attempt == 1
+        ):
             raise NonRetryableStepError("payment provider: refund endpoint returned 500")
         if mode == "flaky" and not world.refunds_fixed:
             raise RetryableStepError("payment provider: refund timed out")
@@ -115,3 +122,16 @@ async def seed(orchestrator: Orchestrator, *, frozen: int = 1) -> dict[str, uuid
         await orchestrator.deliver(StepEvent(compensating, step, ExecutionType.EXECUTE))
     ids["compensating"] = compensating
     return ids
+
+
+def traffic_order(n: int) -> dict[str, Any]:
+    """The demo's n-th order: mostly fine; every 7th retried once, every 11th compensated,
+    every 23rd frozen until an admin restores it (then its refund succeeds)."""
+    order = dict(_ORDER)
+    if n % 23 == 22:
+        order.update(address="nowhere", refund="broken-once")
+    elif n % 11 == 10:
+        order.update(address="nowhere")
+    elif n % 7 == 6:
+        order.update(payment="unavailable-once")
+    return order
