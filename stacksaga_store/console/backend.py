@@ -77,6 +77,8 @@ class ConsoleBackend:
     recovery_metrics: tuple[str, ...] = ()
     clock: Clock = field(default_factory=SystemClock)
     census_max_age: float = 1.0
+    # None: the settings' recovery.coordinator.addresses
+    coordinators: tuple[str, ...] | None = None
     restores: list[dict[str, Any]] = field(default_factory=list)
     _markers: Any = None
     _ring_state: Any = None
@@ -406,6 +408,8 @@ class ConsoleBackend:
         return {"leader": leader, "epochs": epochs, "coordinators": list(coordinators)}
 
     def _coordinator_addresses(self) -> Sequence[str]:
+        if self.coordinators is not None:
+            return self.coordinators
         return tuple(self.settings.cassandra.recovery.coordinator.addresses)
 
     async def _coordinator_status(self, address: str) -> dict[str, Any]:

@@ -372,3 +372,63 @@ def test_live_counters_move_when_a_saga_starts(
     assert 'id="live-starts"' in page and "/static/live.js" in page
     assert client.get("/static/live.js").status_code == 200
     _ = asyncio  # the console's own loop runs the saga (console.call)
+
+
+def test_directory_shows_the_coordinator_leader_and_the_leases(
+    console: RunningConsole, client: httpx.Client
+) -> None:
+    from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
+    from stacksaga_store.ring.server import Leadership, RingCoordinator
+
+    runtime = console.backend.engine.runtime
+    instance = runtime.settings.instance
+
+    async def start() -> tuple[RingCoordinator, CoordinatorLeaseClient, str]:
+        leadership = Leadership(
+            runtime.cql,
+            runtime.driver_config.keyspace,
+            region=instance.region,
+            cluster=instance.cluster,
+            holder="coord-console-test",
+            ttl_seconds=10,
+        )
+        coordinator = RingCoordinator(
+            leadership=leadership, coordinator_id="coord-console-test", lease_seconds=5
+        )
+        port = await coordinator.start("127.0.0.1:0")
+        address = f"127.0.0.1:{port}"
+        node = CoordinatorLeaseClient(
+            [address], node_id="retry-console", service_name=console.service
+        )
+        node.start()
+        await node.wait_for_lease(DEADLINE)
+        return coordinator, node, address
+
+    coordinator, node, address = console.call(start)
+    try:
+        console.backend.coordinators = (address,)
+        ring = client.get("/api/directory", params={"service": console.service}).json()["ring"]
+        assert ring["leader"]["holder"] == "coord-console-test"
+        lease = node.current()
+        assert lease is not None
+        assert ring["epochs"][console.service] == lease.epoch
+        (status,) = ring["coordinators"]
+        assert status["error"] is None and status["leader"] is True
+        (service_ring,) = [r for r in status["rings"] if r["service"] == console.service]
+        (held,) = service_ring["leases"]
+        assert held["holder"] == "retry-console" and held["epoch"] == lease.epoch
+        assert held["node_zero"] is True
+        page = client.get("/directory", params={"service": console.service}).text
+        assert 'data-testid="ring-lease"' in page and "retry-console" in page
+        # a coordinator that is not there is shown as an error, not a failed page
+        console.backend.coordinators = (address, "127.0.0.1:9")
+        ring = client.get("/api/directory", params={"service": console.service}).json()["ring"]
+        assert ring["coordinators"][1]["error"]
+    finally:
+        console.backend.coordinators = None
+
+        async def stop() -> None:
+            await node.stop()
+            await coordinator.stop(resign=True)
+
+        console.call(stop)
