@@ -76,7 +76,7 @@ class ConsoleBackend:
     sidecars: tuple[str, ...] = ()
     recovery_metrics: tuple[str, ...] = ()
     clock: Clock = field(default_factory=SystemClock)
-    census_max_age: float = 1.0
+    census_max_age: float = 0.0  # searches see every write acknowledged before them
     # None: the settings' recovery.coordinator.addresses
     coordinators: tuple[str, ...] | None = None
     restores: list[dict[str, Any]] = field(default_factory=list)
@@ -117,7 +117,7 @@ class ConsoleBackend:
     # -- search ------------------------------------------------------------------------------
 
     async def search(self, query: SearchQuery) -> dict[str, Any]:
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         rows: list[CensusRow] = list(census.rows.values())
         if query.transaction_id is not None:
             rows = [r for r in rows if r.transaction_id == query.transaction_id]
@@ -155,7 +155,7 @@ class ConsoleBackend:
 
     async def find_service(self, transaction_id: uuid.UUID) -> str:
         """The service a transaction id belongs to (census), else this console's own."""
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         for service, tid in census.rows:
             if tid == transaction_id:
                 return service
@@ -224,7 +224,7 @@ class ConsoleBackend:
     # -- frozen + restore --------------------------------------------------------------------
 
     async def frozen(self, page: int) -> dict[str, Any]:
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         rows = sorted(
             (r for r in census.rows.values() if r.status in PARKED_STATUSES),
             key=lambda r: (r.updated_at, str(r.transaction_id)),
@@ -293,7 +293,7 @@ class ConsoleBackend:
         recovery = self.settings.cassandra.recovery
         windows = engine.writer.windows
         now = self.now()
-        census = await self.census.fresh(self.census_max_age, now)
+        census = await self.census.fresh(self.census_max_age, self.now)
         services = sorted({self.service, *census.services()})
         chosen = [service] if service else services
         limit = windows.read_limit(now, reader_grace(recovery.read_grace))
@@ -436,7 +436,7 @@ class ConsoleBackend:
         background task took last, unless ``refresh`` or there is none yet)."""
         census = self.census.current
         if refresh or census is None:
-            census = await self.census.fresh(self.census_max_age, self.now())
+            census = await self.census.fresh(self.census_max_age, self.now)
         samples = [s.as_json() for s in self.census.samples]
         latest = samples[-1] if samples else None
         counts = census.counts()

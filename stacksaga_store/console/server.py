@@ -178,7 +178,12 @@ async def serve_console(
     )
     try:
         app = build_app(
-            console.backend, ConsoleConfig(admin_token=admin_token, live_interval=live_interval)
+            console.backend,
+            ConsoleConfig(
+                admin_token=admin_token,
+                live_interval=live_interval,
+                loopback_hosts_only=is_loopback(host),
+            ),
         )
         server = ConsoleServer(app, listen)
         bound = await server.start()

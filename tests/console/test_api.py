@@ -269,6 +269,14 @@ def test_unknown_saga_is_404(client: httpx.Client) -> None:
     ).status_code in (401, 403)
 
 
+def test_a_foreign_host_name_is_refused(client: httpx.Client) -> None:
+    """DNS rebinding: a page on evil.example rebound to 127.0.0.1 sends Host: evil.example."""
+    for host in ("evil.example", "evil.example:4545", "127.0.0.1.evil.example"):
+        assert client.get("/api/sagas", headers={"Host": host}).status_code == 400
+    for host in ("localhost", "127.0.0.1:4545", "[::1]:4545", "127.9.9.9"):
+        assert client.get("/healthz", headers={"Host": host}).status_code == 200
+
+
 def test_security_headers_and_cookie(client: httpx.Client) -> None:
     page = client.get("/sagas")
     assert "default-src 'self'" in page.headers["content-security-policy"]
@@ -432,3 +440,24 @@ def test_directory_shows_the_coordinator_leader_and_the_leases(
             await coordinator.stop(resign=True)
 
         console.call(stop)
+
+
+def test_search_pages_through_many_sagas(console: RunningConsole, client: httpx.Client) -> None:
+    """Last in this module: it adds 30 sagas the counts above do not expect."""
+
+    async def create() -> None:
+        for _ in range(30):
+            await console.orchestrator.create("order", {"address": "1 Main St"})
+
+    console.call(create)
+    params = {"service": console.service, "status": "STARTED"}
+    first = client.get("/api/sagas", params=params).json()
+    assert first["total"] == 31 and first["pages"] == 2 and len(first["results"]) == 25
+    second = client.get("/api/sagas", params={**params, "page": 2}).json()
+    assert len(second["results"]) == 6
+    seen = {r["transaction_id"] for r in first["results"] + second["results"]}
+    assert len(seen) == 31
+    page = client.get("/sagas", params=params).text
+    assert 'id="page-next"' in page and "page=2" in page and 'id="page-prev"' not in page
+    page2 = client.get("/sagas", params={**params, "page": 2}).text
+    assert 'id="page-prev"' in page2 and 'id="page-next"' not in page2
