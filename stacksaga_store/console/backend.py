@@ -17,6 +17,7 @@ import asyncio
 import logging
 import math
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class ConsoleBackend:
     coordinators: tuple[str, ...] | None = None
     restores: list[dict[str, Any]] = field(default_factory=list)
     _markers: Any = None
+    _previous_scrapes: dict[str, tuple[float, float]] = field(default_factory=dict)
     _ring_state: Any = None
 
     @property
@@ -424,8 +426,22 @@ class ConsoleBackend:
 
         sidecars = await asyncio.gather(*(scrape(url) for url in self.sidecars))
         recovery = await asyncio.gather(*(scrape(url) for url in self.recovery_metrics))
+        rows = []
+        for scraped in sidecars:
+            row = _sidecar_json(scraped)
+            # The commit rate: commits between this scrape and the previous one of the URL.
+            row["commit_rate_per_second"] = None
+            if scraped.error is None:
+                at = time.monotonic()
+                before = self._previous_scrapes.get(scraped.url)
+                if before is not None and at > before[0] and row["commits"] >= before[1]:
+                    row["commit_rate_per_second"] = round(
+                        (row["commits"] - before[1]) / (at - before[0]), 3
+                    )
+                self._previous_scrapes[scraped.url] = (at, row["commits"])
+            rows.append(row)
         return {
-            "sidecars": [_sidecar_json(s) for s in sidecars],
+            "sidecars": rows,
             "recovery": [_recovery_json(s) for s in recovery],
         }
 
@@ -478,7 +494,7 @@ def _sidecar_json(scraped: Any) -> dict[str, Any]:
         "healthy": scraped.error is None,
         "error": scraped.error,
         "transactions": committed,
-        "commits": values.get('accord_transactions_total{outcome="committed"}', 0.0),
+        "commits": values.get('accord_transactions_total{outcome="ok"}', 0.0),
         "commit_latency_count": values.get("accord_commit_latency_seconds_count", 0.0),
         "fast_path_share": (fast / (fast + slow)) if fast + slow else None,
         "recoveries": values.get("accord_recoveries_total", 0.0),

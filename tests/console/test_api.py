@@ -335,6 +335,9 @@ def test_sidecar_and_retry_node_metrics_are_scraped(
     slow = Counter("accord_slow_path", "slow", registry=registry)
     syncs = Counter("accord_journal_syncs", "syncs", registry=registry)
     sync_seconds = Counter("accord_journal_sync_seconds", "secs", registry=registry)
+    outcomes = Counter("accord_transactions", "by outcome", ["outcome"], registry=registry)
+    outcomes.labels("ok").inc(10)
+    outcomes.labels("aborted").inc(2)
     fast.inc(3)
     slow.inc(1)
     syncs.inc(4)
@@ -349,6 +352,11 @@ def test_sidecar_and_retry_node_metrics_are_scraped(
         first, second = result["sidecars"]
         assert first["healthy"] is True and first["fast_path_share"] == pytest.approx(0.75)
         assert first["journal_sync_mean_ms"] == pytest.approx(5.0)
+        assert first["transactions"] == 12 and first["commits"] == 10
+        outcomes.labels("ok").inc(50)
+        time.sleep(0.2)
+        again = client.get("/api/sidecars").json()["sidecars"][0]
+        assert again["commits"] == 60 and again["commit_rate_per_second"] > 0
         assert second["healthy"] is False and second["error"]
         assert 'data-testid="sidecar"' in client.get("/sidecars").text
     finally:
