@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import signal
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -99,6 +100,9 @@ async def run_console_demo(
 
         task = loop.create_task(traffic(), name="console demo traffic")
         done = stop or asyncio.Event()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(number, done.set)
         waiter = loop.create_task(done.wait())
         serving = loop.create_task(server.wait())
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
