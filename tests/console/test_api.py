@@ -3,7 +3,6 @@ Cassandra keyspace holding sagas in every state (tests/console/_server.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -387,7 +386,6 @@ def test_live_counters_move_when_a_saga_starts(
     page = client.get("/live").text
     assert 'id="live-starts"' in page and "/static/live.js" in page
     assert client.get("/static/live.js").status_code == 200
-    _ = asyncio  # the console's own loop runs the saga (console.call)
 
 
 def test_directory_shows_the_coordinator_leader_and_the_leases(
