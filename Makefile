@@ -15,7 +15,7 @@ INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@( $(PY) -m pip install -q -c $(CONSTRAINTS) pip && \
-	   $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[sidecar,kafka,dev]' ) > $(INSTALL_LOG) 2>&1 \
+	   $(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[sidecar,kafka,console,dev]' ) > $(INSTALL_LOG) 2>&1 \
 	  || { cat $(INSTALL_LOG); exit 1; }
 	@touch $(STAMP)
 

@@ -189,6 +189,90 @@ def cmd_coordinator_key(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _admin_token(args: argparse.Namespace) -> str | None:
+    """From --admin-token-file (first line) or STACKSAGA_CONSOLE_ADMIN_TOKEN; never argv."""
+    import os
+
+    if args.admin_token_file is not None:
+        try:
+            token = args.admin_token_file.read_text().splitlines()[0].strip()
+        except (OSError, IndexError) as exc:
+            raise ConfigError.single("--admin-token-file", f"cannot read a token: {exc}") from exc
+    else:
+        token = os.environ.get("STACKSAGA_CONSOLE_ADMIN_TOKEN", "").strip()
+    if token and len(token) < 16:
+        raise ConfigError.single("admin token", "must be at least 16 characters")
+    return token or None
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from accord_cassandra.ports import split_address
+    from stacksaga_store.console.server import serve_console
+
+    try:
+        split_address(args.listen)
+    except ValueError as exc:
+        raise ConfigError.single("--listen", str(exc)) from None
+    if args.live_interval < 0.2 or args.live_interval > 60:
+        raise ConfigError.single("--live-interval", "must be within 0.2..60 seconds")
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    if args.demo:
+        return _console_demo(args, out)
+    settings = _settings(args)
+    sagas = load_sagas(args.sagas) if args.sagas else []
+
+    return asyncio.run(
+        serve_console(
+            settings,
+            listen=args.listen,
+            admin_token=_admin_token(args),
+            sagas=sagas,
+            sidecars=args.sidecar_metrics or [],
+            recovery_metrics=args.recovery_metrics or [],
+            live_interval=args.live_interval,
+            out=out,
+        )
+    )
+
+
+def _console_demo(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from stacksaga_store.console.demo import run_console_demo
+
+    def run(points: list[tuple[str, int]]) -> int:
+        return asyncio.run(
+            run_console_demo(
+                points,
+                listen=args.listen,
+                admin_token=_admin_token(args),
+                interval=args.demo_interval,
+                out=out,
+            )
+        )
+
+    if args.contact_point:
+        host, _, port = args.contact_point.partition(":")
+        return run([(host, int(port or 9042))])
+    from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="stacksaga-console-demo-") as base_dir:
+        spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")
+        cluster = LocalCluster(spec, Path(base_dir))
+        out(f"starting a Cassandra node on {args.node_ip}:9042 (takes ~10-30 s) ...")
+        try:
+            cluster.start()
+        except LauncherError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        try:
+            return run([(args.node_ip, spec.native_port)])
+        finally:
+            out("stopping the demo node ...")
+            cluster.stop(clean=True)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from stacksaga_store.demo import run_demo
 
@@ -249,6 +333,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key.add_argument("--node-id", required=True, help="the Retry-Node's node id")
     key.set_defaults(handler=cmd_coordinator_key)
+    console = sub.add_parser(
+        "console", help="the Trace Window: a web console for sagas, recovery and sidecars"
+    )
+    console.add_argument("--listen", default="127.0.0.1:4545", help="host:port (port 0: any)")
+    console.add_argument(
+        "--sagas", help="module:attribute of the saga definitions (needed for admin restore)"
+    )
+    console.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="file whose first line is the admin token (else $STACKSAGA_CONSOLE_ADMIN_TOKEN; "
+        "none: read-only)",
+    )
+    console.add_argument(
+        "--sidecar-metrics", action="append", help="a sidecar's metrics URL (repeatable)"
+    )
+    console.add_argument(
+        "--recovery-metrics", action="append", help="a Retry-Node's metrics URL (repeatable)"
+    )
+    console.add_argument(
+        "--live-interval", type=float, default=2.0, help="seconds between censuses (live page)"
+    )
+    console.add_argument(
+        "--demo",
+        action="store_true",
+        help="demo: start a Cassandra node (or use --contact-point), seed sagas, add traffic",
+    )
+    console.add_argument("--node-ip", default=DEMO_NODE_IP, help="--demo: node's loopback address")
+    console.add_argument("--contact-point", help="--demo: use a running Cassandra (host[:port])")
+    console.add_argument(
+        "--demo-interval", type=float, default=1.0, help="--demo: seconds between new orders"
+    )
+    console.set_defaults(handler=cmd_console)
     demo = sub.add_parser("demo", help="run the 3-step order saga on a Cassandra node it starts")
     demo.add_argument("--node-ip", default=DEMO_NODE_IP, help="loopback address for the node")
     demo.add_argument("--contact-point", help="use a running Cassandra (host[:port]) instead")

@@ -1,0 +1,1 @@
+"""The Trace Window: ``stacksaga-store console`` (docs/console.md)."""
