@@ -140,6 +140,14 @@ class Page:
         )
         return element
 
+    def present(self, css: str, timeout: float = WAIT_SECONDS) -> WebElement:
+        """The element matching ``css`` once it is in the DOM (for parts of an inline SVG,
+        which Selenium's visibility check does not judge)."""
+        element: WebElement = self.wait(
+            ec.presence_of_element_located((By.CSS_SELECTOR, css)), timeout
+        )
+        return element
+
     def find_all(self, css: str) -> list[WebElement]:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
@@ -165,11 +173,14 @@ class Page:
         return result
 
     def severe_console_errors(self) -> list[str]:
-        """SEVERE entries of the page's JavaScript console since the last call."""
+        """SEVERE entries of the page's JavaScript console since the last call.
+
+        Chromium asks every site for ``/favicon.ico`` on its own; a 404 there is no page error.
+        """
         return [
             str(entry["message"])
             for entry in self.driver.get_log("browser")
-            if entry.get("level") == "SEVERE"
+            if entry.get("level") == "SEVERE" and "/favicon.ico " not in str(entry["message"])
         ]
 
     def screenshot(self, name: str) -> Path:

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.selenium_manager import SeleniumManager
 
+from accord_cassandra.launcher import CassandraHandle
+from tests.browser._console import ConsoleUnderTest, console_subprocess
 from tests.browser.browser import Page, chromium
 
 OUTPUT_ENV = "ACCORD_TEST_OUTPUT"
@@ -72,3 +74,13 @@ def open_page(
         if request.node.stash.get(_failed, False):
             driver.save_screenshot(str(output_dir / "failure.png"))
             (output_dir / "failure.html").write_text(driver.page_source, encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def console(
+    cassandra_node: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConsoleUnderTest]:
+    """``stacksaga-store console`` as a subprocess on port 0 over freshly seeded sagas; its
+    output is in ``<tmp>/console*/console.log``."""
+    with console_subprocess(cassandra_node, tmp_path_factory.mktemp("console")) as running:
+        yield running
