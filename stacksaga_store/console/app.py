@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -86,12 +87,16 @@ class ConsoleConfig:
         admin_token: str | None,
         live_interval: float = 2.0,
         secure_cookies: bool = False,
+        loopback_hosts_only: bool = True,
     ) -> None:
         if admin_token is not None and len(admin_token) < 16:
             raise ValueError("the admin token must be at least 16 characters")
         self.admin_token = admin_token
         self.live_interval = live_interval
         self.secure_cookies = secure_cookies
+        # A console on loopback answers only requests naming a loopback host: a web page
+        # whose name was rebound to 127.0.0.1 (DNS rebinding) cannot read it.
+        self.loopback_hosts_only = loopback_hosts_only
         self.csrf_key = secrets.token_bytes(32)
 
 
@@ -165,6 +170,20 @@ def search_query(params: Any) -> SearchQuery:
         until=until,
         page=parse_page(params.get("page")),
     )
+
+
+def _loopback_host(header: str) -> bool:
+    host = header.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        host = host.rpartition(":")[0] if host.count(":") == 1 else host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -405,7 +424,7 @@ def build_app(backend: ConsoleBackend, config: ConsoleConfig) -> Starlette:
         async def refresh() -> None:
             while True:
                 try:
-                    await backend.census.fresh(0.0, backend.now())
+                    await backend.census.fresh(0.0, backend.now)
                 except Exception:
                     logger.exception("console: census failed")
                 await asyncio.sleep(config.live_interval)
@@ -421,6 +440,10 @@ def build_app(backend: ConsoleBackend, config: ConsoleConfig) -> Starlette:
     async def headers(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        if config.loopback_hosts_only and not _loopback_host(request.headers.get("host", "")):
+            return PlainTextResponse(
+                "bad Host header: this console answers loopback names only\n", 400
+            )
         response = await call_next(request)
         response.headers.setdefault(
             "Content-Security-Policy",

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import math
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,9 +77,12 @@ class ConsoleBackend:
     sidecars: tuple[str, ...] = ()
     recovery_metrics: tuple[str, ...] = ()
     clock: Clock = field(default_factory=SystemClock)
-    census_max_age: float = 1.0
+    census_max_age: float = 0.0  # searches see every write acknowledged before them
+    # None: the settings' recovery.coordinator.addresses
+    coordinators: tuple[str, ...] | None = None
     restores: list[dict[str, Any]] = field(default_factory=list)
     _markers: Any = None
+    _previous_scrapes: dict[str, tuple[float, float]] = field(default_factory=dict)
     _ring_state: Any = None
 
     @property
@@ -115,7 +119,7 @@ class ConsoleBackend:
     # -- search ------------------------------------------------------------------------------
 
     async def search(self, query: SearchQuery) -> dict[str, Any]:
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         rows: list[CensusRow] = list(census.rows.values())
         if query.transaction_id is not None:
             rows = [r for r in rows if r.transaction_id == query.transaction_id]
@@ -153,7 +157,7 @@ class ConsoleBackend:
 
     async def find_service(self, transaction_id: uuid.UUID) -> str:
         """The service a transaction id belongs to (census), else this console's own."""
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         for service, tid in census.rows:
             if tid == transaction_id:
                 return service
@@ -222,7 +226,7 @@ class ConsoleBackend:
     # -- frozen + restore --------------------------------------------------------------------
 
     async def frozen(self, page: int) -> dict[str, Any]:
-        census = await self.census.fresh(self.census_max_age, self.now())
+        census = await self.census.fresh(self.census_max_age, self.now)
         rows = sorted(
             (r for r in census.rows.values() if r.status in PARKED_STATUSES),
             key=lambda r: (r.updated_at, str(r.transaction_id)),
@@ -291,7 +295,7 @@ class ConsoleBackend:
         recovery = self.settings.cassandra.recovery
         windows = engine.writer.windows
         now = self.now()
-        census = await self.census.fresh(self.census_max_age, now)
+        census = await self.census.fresh(self.census_max_age, self.now)
         services = sorted({self.service, *census.services()})
         chosen = [service] if service else services
         limit = windows.read_limit(now, reader_grace(recovery.read_grace))
@@ -406,6 +410,8 @@ class ConsoleBackend:
         return {"leader": leader, "epochs": epochs, "coordinators": list(coordinators)}
 
     def _coordinator_addresses(self) -> Sequence[str]:
+        if self.coordinators is not None:
+            return self.coordinators
         return tuple(self.settings.cassandra.recovery.coordinator.addresses)
 
     async def _coordinator_status(self, address: str) -> dict[str, Any]:
@@ -420,8 +426,22 @@ class ConsoleBackend:
 
         sidecars = await asyncio.gather(*(scrape(url) for url in self.sidecars))
         recovery = await asyncio.gather(*(scrape(url) for url in self.recovery_metrics))
+        rows = []
+        for scraped in sidecars:
+            row = _sidecar_json(scraped)
+            # The commit rate: commits between this scrape and the previous one of the URL.
+            row["commit_rate_per_second"] = None
+            if scraped.error is None:
+                at = time.monotonic()
+                before = self._previous_scrapes.get(scraped.url)
+                if before is not None and at > before[0] and row["commits"] >= before[1]:
+                    row["commit_rate_per_second"] = round(
+                        (row["commits"] - before[1]) / (at - before[0]), 3
+                    )
+                self._previous_scrapes[scraped.url] = (at, row["commits"])
+            rows.append(row)
         return {
-            "sidecars": [_sidecar_json(s) for s in sidecars],
+            "sidecars": rows,
             "recovery": [_recovery_json(s) for s in recovery],
         }
 
@@ -432,7 +452,7 @@ class ConsoleBackend:
         background task took last, unless ``refresh`` or there is none yet)."""
         census = self.census.current
         if refresh or census is None:
-            census = await self.census.fresh(self.census_max_age, self.now())
+            census = await self.census.fresh(self.census_max_age, self.now)
         samples = [s.as_json() for s in self.census.samples]
         latest = samples[-1] if samples else None
         counts = census.counts()
@@ -474,7 +494,7 @@ def _sidecar_json(scraped: Any) -> dict[str, Any]:
         "healthy": scraped.error is None,
         "error": scraped.error,
         "transactions": committed,
-        "commits": values.get('accord_transactions_total{outcome="committed"}', 0.0),
+        "commits": values.get('accord_transactions_total{outcome="ok"}', 0.0),
         "commit_latency_count": values.get("accord_commit_latency_seconds_count", 0.0),
         "fast_path_share": (fast / (fast + slow)) if fast + slow else None,
         "recoveries": values.get("accord_recoveries_total", 0.0),

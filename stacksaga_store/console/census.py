@@ -20,6 +20,7 @@ import asyncio
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -123,7 +124,7 @@ class SagaCensus:
     )
     _prepared: Prepared | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _taken_mono: float = 0.0
+    _started_mono: float = float("-inf")
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def prepare(self) -> None:
@@ -136,14 +137,18 @@ class SagaCensus:
             table="es_transaction",
         )
 
-    async def fresh(self, max_age: float, now: datetime) -> Census:
-        """The current census if younger than ``max_age`` seconds, else a new one."""
+    async def fresh(self, max_age: float, now: Callable[[], datetime]) -> Census:
+        """A census begun at most ``max_age`` seconds before this call (0: begun after it,
+        so every write acknowledged before the call is in it); callers waiting together
+        share one scan."""
+        asked = time.monotonic()
         async with self._lock:
-            if self.current is not None and time.monotonic() - self._taken_mono <= max_age:
+            if self.current is not None and self._started_mono >= asked - max_age:
                 return self.current
-            census = await self._take(now)
+            started = time.monotonic()
+            census = await self._take(now())
             self._record(census)
-            self._taken_mono = time.monotonic()
+            self._started_mono = started
             self.current = census
         async with self.changed:
             self.changed.notify_all()

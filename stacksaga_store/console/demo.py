@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import signal
 from collections.abc import Callable
 from datetime import timedelta
 
+from accord_cassandra.ports import split_address
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.console.app import ConsoleConfig, build_app
 from stacksaga_store.console.sample import SampleWorld, sample_saga, seed, traffic_order
-from stacksaga_store.console.server import ConsoleServer, open_console
+from stacksaga_store.console.server import ConsoleServer, is_loopback, open_console
 from stacksaga_store.demo import DEMO_KEYSPACE, demo_settings
 from stacksaga_store.recovery.service import RecoveryService, open_runtime
 from stacksaga_store.store.connect import connect_sync
@@ -77,7 +79,11 @@ async def run_console_demo(
         out("seeded: " + ", ".join(f"{label}={tid}" for label, tid in ids.items()))
         world.refunds_fixed = True
         console = await open_console(settings, sagas=[saga], runtime=runtime, engine=service.engine)
-        app = build_app(console.backend, ConsoleConfig(admin_token=token))
+        host, _ = split_address(listen)
+        app = build_app(
+            console.backend,
+            ConsoleConfig(admin_token=token, loopback_hosts_only=is_loopback(host)),
+        )
         server = ConsoleServer(app, listen)
         bound = await server.start()
         out(f"console serving on http://{bound}  (Ctrl-C stops)")
@@ -94,6 +100,9 @@ async def run_console_demo(
 
         task = loop.create_task(traffic(), name="console demo traffic")
         done = stop or asyncio.Event()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(number, done.set)
         waiter = loop.create_task(done.wait())
         serving = loop.create_task(server.wait())
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)

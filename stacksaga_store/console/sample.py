@@ -20,7 +20,7 @@ from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.saga.orchestrator import Orchestrator, StepEvent
 from stacksaga_store.store.states import ExecutionType
 
-__all__ = ["SAMPLE_STATES", "SampleWorld", "sample_saga", "seed", "traffic_order"]
+__all__ = ["SAMPLE_STATES", "SampleWorld", "sagas", "sample_saga", "seed", "traffic_order"]
 
 
 @dataclass
@@ -135,3 +135,9 @@ def traffic_order(n: int) -> dict[str, Any]:
     elif n % 7 == 6:
         order.update(payment="unavailable-once")
     return order
+
+
+def sagas() -> list[Saga]:
+    """``--sagas stacksaga_store.console.sample:sagas``: the sample saga with its refunds
+    working, so a console process can restore the seeded frozen sagas."""
+    return [sample_saga(SampleWorld(refunds_fixed=True))]

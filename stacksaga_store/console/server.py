@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,15 @@ async def open_console(
     return OpenConsole(runtime, engine, backend)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: :func:`serve_console` stops it on SIGTERM or
+    SIGINT and exits 0 (uvicorn's handler re-raises the signal once it has stopped)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class ConsoleServer:
     """uvicorn on a socket bound here; ``bound`` is ``host:port`` once :meth:`start` returned."""
 
@@ -125,7 +135,7 @@ class ConsoleServer:
             access_log=False,
             timeout_graceful_shutdown=5,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._task = asyncio.get_running_loop().create_task(
             self._server.serve(sockets=[sock]), name="console http"
         )
@@ -178,12 +188,20 @@ async def serve_console(
     )
     try:
         app = build_app(
-            console.backend, ConsoleConfig(admin_token=admin_token, live_interval=live_interval)
+            console.backend,
+            ConsoleConfig(
+                admin_token=admin_token,
+                live_interval=live_interval,
+                loopback_hosts_only=is_loopback(host),
+            ),
         )
         server = ConsoleServer(app, listen)
         bound = await server.start()
         out(f"console serving on http://{bound}")
         done = stop or asyncio.Event()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(number, done.set)
         waiter = asyncio.get_running_loop().create_task(done.wait())
         serving = asyncio.get_running_loop().create_task(server.wait())
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)

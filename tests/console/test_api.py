@@ -3,7 +3,6 @@ Cassandra keyspace holding sagas in every state (tests/console/_server.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -269,6 +268,14 @@ def test_unknown_saga_is_404(client: httpx.Client) -> None:
     ).status_code in (401, 403)
 
 
+def test_a_foreign_host_name_is_refused(client: httpx.Client) -> None:
+    """DNS rebinding: a page on evil.example rebound to 127.0.0.1 sends Host: evil.example."""
+    for host in ("evil.example", "evil.example:4545", "127.0.0.1.evil.example"):
+        assert client.get("/api/sagas", headers={"Host": host}).status_code == 400
+    for host in ("localhost", "127.0.0.1:4545", "[::1]:4545", "127.9.9.9"):
+        assert client.get("/healthz", headers={"Host": host}).status_code == 200
+
+
 def test_security_headers_and_cookie(client: httpx.Client) -> None:
     page = client.get("/sagas")
     assert "default-src 'self'" in page.headers["content-security-policy"]
@@ -327,6 +334,9 @@ def test_sidecar_and_retry_node_metrics_are_scraped(
     slow = Counter("accord_slow_path", "slow", registry=registry)
     syncs = Counter("accord_journal_syncs", "syncs", registry=registry)
     sync_seconds = Counter("accord_journal_sync_seconds", "secs", registry=registry)
+    outcomes = Counter("accord_transactions", "by outcome", ["outcome"], registry=registry)
+    outcomes.labels("ok").inc(10)
+    outcomes.labels("aborted").inc(2)
     fast.inc(3)
     slow.inc(1)
     syncs.inc(4)
@@ -341,6 +351,11 @@ def test_sidecar_and_retry_node_metrics_are_scraped(
         first, second = result["sidecars"]
         assert first["healthy"] is True and first["fast_path_share"] == pytest.approx(0.75)
         assert first["journal_sync_mean_ms"] == pytest.approx(5.0)
+        assert first["transactions"] == 12 and first["commits"] == 10
+        outcomes.labels("ok").inc(50)
+        time.sleep(0.2)
+        again = client.get("/api/sidecars").json()["sidecars"][0]
+        assert again["commits"] == 60 and again["commit_rate_per_second"] > 0
         assert second["healthy"] is False and second["error"]
         assert 'data-testid="sidecar"' in client.get("/sidecars").text
     finally:
@@ -371,4 +386,84 @@ def test_live_counters_move_when_a_saga_starts(
     page = client.get("/live").text
     assert 'id="live-starts"' in page and "/static/live.js" in page
     assert client.get("/static/live.js").status_code == 200
-    _ = asyncio  # the console's own loop runs the saga (console.call)
+
+
+def test_directory_shows_the_coordinator_leader_and_the_leases(
+    console: RunningConsole, client: httpx.Client
+) -> None:
+    from stacksaga_store.recovery.lease_client import CoordinatorLeaseClient
+    from stacksaga_store.ring.server import Leadership, RingCoordinator
+
+    runtime = console.backend.engine.runtime
+    instance = runtime.settings.instance
+
+    async def start() -> tuple[RingCoordinator, CoordinatorLeaseClient, str]:
+        leadership = Leadership(
+            runtime.cql,
+            runtime.driver_config.keyspace,
+            region=instance.region,
+            cluster=instance.cluster,
+            holder="coord-console-test",
+            ttl_seconds=10,
+        )
+        coordinator = RingCoordinator(
+            leadership=leadership, coordinator_id="coord-console-test", lease_seconds=5
+        )
+        port = await coordinator.start("127.0.0.1:0")
+        address = f"127.0.0.1:{port}"
+        node = CoordinatorLeaseClient(
+            [address], node_id="retry-console", service_name=console.service
+        )
+        node.start()
+        await node.wait_for_lease(DEADLINE)
+        return coordinator, node, address
+
+    coordinator, node, address = console.call(start)
+    try:
+        console.backend.coordinators = (address,)
+        ring = client.get("/api/directory", params={"service": console.service}).json()["ring"]
+        assert ring["leader"]["holder"] == "coord-console-test"
+        lease = node.current()
+        assert lease is not None
+        assert ring["epochs"][console.service] == lease.epoch
+        (status,) = ring["coordinators"]
+        assert status["error"] is None and status["leader"] is True
+        (service_ring,) = [r for r in status["rings"] if r["service"] == console.service]
+        (held,) = service_ring["leases"]
+        assert held["holder"] == "retry-console" and held["epoch"] == lease.epoch
+        assert held["node_zero"] is True
+        page = client.get("/directory", params={"service": console.service}).text
+        assert 'data-testid="ring-lease"' in page and "retry-console" in page
+        # a coordinator that is not there is shown as an error, not a failed page
+        console.backend.coordinators = (address, "127.0.0.1:9")
+        ring = client.get("/api/directory", params={"service": console.service}).json()["ring"]
+        assert ring["coordinators"][1]["error"]
+    finally:
+        console.backend.coordinators = None
+
+        async def stop() -> None:
+            await node.stop()
+            await coordinator.stop(resign=True)
+
+        console.call(stop)
+
+
+def test_search_pages_through_many_sagas(console: RunningConsole, client: httpx.Client) -> None:
+    """Last in this module: it adds 30 sagas the counts above do not expect."""
+
+    async def create() -> None:
+        for _ in range(30):
+            await console.orchestrator.create("order", {"address": "1 Main St"})
+
+    console.call(create)
+    params = {"service": console.service, "status": "STARTED"}
+    first = client.get("/api/sagas", params=params).json()
+    assert first["total"] == 31 and first["pages"] == 2 and len(first["results"]) == 25
+    second = client.get("/api/sagas", params={**params, "page": 2}).json()
+    assert len(second["results"]) == 6
+    seen = {r["transaction_id"] for r in first["results"] + second["results"]}
+    assert len(seen) == 31
+    page = client.get("/sagas", params=params).text
+    assert 'id="page-next"' in page and "page=2" in page and 'id="page-prev"' not in page
+    page2 = client.get("/sagas", params={**params, "page": 2}).text
+    assert 'id="page-prev"' in page2 and 'id="page-next"' not in page2
