@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down soak clean
+.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium soak clean
 
 CONSTRAINTS := constraints.txt
 INSTALL_LOG := $(VENV)/install.log
@@ -44,8 +44,8 @@ demo-kafka: $(STAMP) cassandra-jars kafka-jars
 
 ## Everything: lint, types, layering contracts, then the whole test suite against a real
 ## Cassandra and a real Kafka broker (jars fetched once into the cache, nodes and the broker
-## started by the tests' own fixtures).
-test: $(STAMP) check cassandra-jars kafka-jars porcupine
+## started by the tests' own fixtures) and the console in a real headless Chromium.
+test: $(STAMP) check cassandra-jars kafka-jars porcupine chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## The external checker for Maelstrom histories (a Go program built with the module proxy).
@@ -86,6 +86,11 @@ kafka-up: kafka-jars
 
 kafka-down: $(STAMP)
 	$(PY) -m stacksaga_store.kafka down
+
+## Debian's chromium and chromedriver for the console's browser tests, installed with apt
+## when missing (an error, not a skip, where that cannot be done).
+chromium:
+	bash scripts/ensure-chromium.sh
 
 ## A longer burn test: 200 seeds x 2000 transactions, every fault.
 soak: $(STAMP)
