@@ -173,14 +173,12 @@ class Page:
         return result
 
     def severe_console_errors(self) -> list[str]:
-        """SEVERE entries of the page's JavaScript console since the last call.
-
-        Chromium asks every site for ``/favicon.ico`` on its own; a 404 there is no page error.
-        """
+        """SEVERE entries of the page's JavaScript console since the last call (a failed
+        request for any resource, the icon included, is one)."""
         return [
             str(entry["message"])
             for entry in self.driver.get_log("browser")
-            if entry.get("level") == "SEVERE" and "/favicon.ico " not in str(entry["message"])
+            if entry.get("level") == "SEVERE"
         ]
 
     def screenshot(self, name: str) -> Path:
