@@ -40,7 +40,7 @@ from accord_cassandra.metrics import commit_latency_histogram
 
 logger = logging.getLogger(__name__)
 
-# The node's timers: retries (retry_ms, 200 ms by default), timeouts and the progress scan
+# The node's timers: retries (retry_ms, 1 s by default), timeouts and the progress scan
 # (100 ms) need no finer tick than this. Each tick walks every coordinator and wakes the
 # pump: at 10 ms that was 5% of a saturated sidecar's Python time. A reorder buffer holds
 # PreAccepts for a few ms and is released on ticks, so with one the tick stays at 10 ms.

@@ -84,6 +84,11 @@ class SidecarCollector(Collector):
             host.store.writes_executed,
         )
         yield _counter(
+            "accord_store_reads",
+            "Read statements the Cassandra store sent (0 for a store that does not count them)",
+            getattr(host.store, "reads_executed", 0),
+        )
+        yield _counter(
             "accord_store_takeover_writes",
             "Of those, rows written because the shared store's writer was silent (a takeover)",
             host.metrics.takeover_writes,

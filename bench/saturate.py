@@ -53,7 +53,28 @@ PER_TXN = (
     "host_batches",
     "journal_syncs",
     "journal_records",
+    "store_reads",
+    "store_writes",
 )
+
+
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far per thread name (``/proc/<pid>/task/*/comm``), summed over
+    ``pids``: which of the sidecar's threads (the event loop, gRPC's pollers, the Cassandra
+    driver's I/O thread) spend a sidecar's CPU, which a main-thread profile cannot show."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    total: Counter[str] = Counter()
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total[name] += int(fields[11]) + int(fields[12])
+    return {name: count / ticks for name, count in total.items()}
 
 
 def _frames(path: Path) -> tuple[Counter[str], Counter[str], int]:
@@ -96,7 +117,9 @@ def scrape(addresses: list[str]) -> dict[str, float]:
     return total
 
 
-async def _run(args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str) -> None:
+async def _run(
+    args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str, cassandra_pids: list[int]
+) -> None:
     clients = [AsyncClient(s.address, timeout=30.0) for s in sidecars.sidecars.values()]
     pids = [s.process.pid for s in sidecars.sidecars.values() if s.process is not None]
     metrics = [s.metrics_address for s in sidecars.sidecars.values()]
@@ -119,10 +142,15 @@ async def _run(args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str)
         if args.idle:
             # What the sidecars burn doing nothing (ticks, drivers, gRPC): at low op/s it is
             # a large part of any CPU-per-transaction figure.
-            idle_before = cpu_seconds(pids)
+            idle_before = cpu_seconds(pids), cpu_seconds(cassandra_pids)
             await asyncio.sleep(args.idle)
-            idle = cpu_seconds(pids) - idle_before
-            print(f"idle: {1000 * idle / args.idle:.1f} ms CPU per second, 3 sidecars together")
+            idle = cpu_seconds(pids) - idle_before[0]
+            idle_cassandra = cpu_seconds(cassandra_pids) - idle_before[1]
+            print(
+                f"idle: {1000 * idle / args.idle:.1f} ms CPU per second, 3 sidecars together; "
+                f"Cassandra {1000 * idle_cassandra / args.idle:.1f} ms per second"
+                + ("" if cassandra_pids else " (not launched here: unknown)")
+            )
         note(f"warm-up {args.warmup:g} s")
         await closed_loop_calls(call, inflight=args.inflight, seconds=args.warmup)
         writes_before = await _settled_store_writes(metrics)
@@ -136,9 +164,13 @@ async def _run(args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str)
                 command += ["--output", str(out), "--pid", str(pid)]
                 spies.append((subprocess.Popen(command, stdout=subprocess.DEVNULL), out))
         cpu_before = cpu_seconds(pids)
+        cassandra_before = cpu_seconds(cassandra_pids)
+        threads_before = thread_cpu(pids)
         counters_before = await asyncio.to_thread(scrape, metrics)
         result = await closed_loop_calls(call, inflight=args.inflight, seconds=args.seconds)
         cpu = cpu_seconds(pids) - cpu_before
+        cassandra_cpu = cpu_seconds(cassandra_pids) - cassandra_before
+        threads = {n: t - threads_before.get(n, 0.0) for n, t in thread_cpu(pids).items()}
         moved = delta(await asyncio.to_thread(scrape, metrics), counters_before)
         writes = await _settled_store_writes(metrics) - writes_before
         committed = result.committed
@@ -159,6 +191,16 @@ async def _run(args: argparse.Namespace, sidecars: BenchSidecars, keyspace: str)
             for name in PER_TXN
         }
         print(f"per committed txn, over the sidecars: {per}")
+        if cassandra_pids:
+            print(
+                f"Cassandra CPU {1000 * cassandra_cpu / max(1, committed):.2f} ms per committed "
+                f"txn ({1000 * cassandra_cpu / result.seconds:.0f} ms per second, 3 nodes)"
+            )
+        by_thread = ", ".join(
+            f"{name} {1000 * seconds / max(1, committed):.2f}"
+            for name, seconds in sorted(threads.items(), key=lambda kv: -kv[1])[:8]
+        )
+        print(f"sidecar CPU ms per committed txn by thread name: {by_thread}")
         for process, _ in spies:
             process.wait(timeout=120)
         _print_profile([out for _, out in spies if out.exists()], args.top)
@@ -204,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recover-delay-ms", type=int, default=0, help="sidecars' timing.recover_delay_ms"
     )
+    parser.add_argument("--retry-ms", type=int, default=0, help="sidecars' timing.retry_ms")
     parser.add_argument(
         "--recover-delay",
         choices=("adaptive", "fixed"),
@@ -246,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             timing: dict[str, object] = {"recover_delay": args.recover_delay}
             if args.recover_delay_ms:
                 timing["recover_delay_ms"] = args.recover_delay_ms
+            if args.retry_ms:
+                timing["retry_ms"] = args.retry_ms
             if args.recover_delay_percentile:
                 timing["recover_delay_percentile"] = args.recover_delay_percentile
             with tempfile.TemporaryDirectory(prefix="bench-saturate-") as folder:
@@ -264,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.monotonic()
                 with sidecars:
                     note(f"sidecars up in {time.monotonic() - started:.1f} s")
-                    asyncio.run(_run(args, sidecars, keyspace))
+                    asyncio.run(_run(args, sidecars, keyspace, cassandra.pids))
                 if args.cprofile:
                     paths = [sidecars.profile_path(node) for node in sidecars.sidecars]
                     print("\n".join(sidecar_profile(paths, entries=args.cprofile)))

@@ -100,6 +100,11 @@ PARITY_RATIO = 1.0
 ROWS_PER_OP = {ACCORD_SET: 1, ACCORD_TRANSFER: 2, ACCORD_HOT_ZIPF: 1, ACCORD_HOT_ONE: 1}
 STORE_WRITES = "accord_store_writes_total"
 TAKEOVER_WRITES = "accord_store_takeover_writes_total"
+STORE_READS = "accord_store_reads_total"
+# Cassandra's CPU with no operations running, measured once after the warm-up: its JVMs
+# burn a fixed rate (gossip, compaction, the JIT, GC), which a per-op figure divides by
+# the workload's op/s, so a slower workload looks costlier per op by that alone.
+IDLE_SECONDS = 10.0
 
 
 def run(*, quick: bool, profile: bool) -> dict[str, Any]:
@@ -198,6 +203,14 @@ async def _measure(
             for name in WORKLOADS:
                 note(f"warm-up: {name} for {warmup:g} s")
                 await closed_loop_calls(operations[name], inflight=16, seconds=warmup)
+        idle_rate: float | None = None
+        if cassandra.pids:
+            await _settled_store_writes(metrics)
+            idle_seconds = 1.0 if not warmup else IDLE_SECONDS
+            idle_before = cpu_seconds(cassandra.pids)
+            await asyncio.sleep(idle_seconds)
+            idle_rate = (cpu_seconds(cassandra.pids) - idle_before) / idle_seconds
+            note(f"Cassandra idle: {1000 * idle_rate:.0f} ms CPU per second, 3 nodes")
         runs = []
         levels: list[tuple[int, tuple[str, ...]]] = [
             (level, WORKLOADS) for level in plan["inflight_levels"]
@@ -217,6 +230,7 @@ async def _measure(
                     # Settled first: the replicas may still apply the previous run's writes.
                     writes_before = await _settled_store_writes(metrics)
                     takeovers_before = await _takeover_writes(metrics)
+                    reads_before = await _counter(metrics, STORE_READS)
                     result, cpu = await _timed(
                         operations[name],
                         inflight,
@@ -224,7 +238,12 @@ async def _measure(
                         sidecar_pids,
                         cassandra.pids,
                     )
+                    if idle_rate is not None and cpu["cassandra"] is not None:
+                        cpu["cassandra_above_idle"] = cpu["cassandra"] - idle_rate * result.seconds
                     summary = _summary(name, inflight, round_index, result, cpu)
+                    summary["cassandra_idle_cpu_ms_per_second"] = (
+                        None if idle_rate is None else round(1000 * idle_rate, 1)
+                    )
                     if name in ROWS_PER_OP:
                         writes = await _settled_store_writes(metrics) - writes_before
                         rows = result.applied * ROWS_PER_OP[name]
@@ -233,6 +252,10 @@ async def _measure(
                             await _takeover_writes(metrics) - takeovers_before
                         )
                         summary["accord_row_writes"] = rows
+                        reads = await _counter(metrics, STORE_READS) - reads_before
+                        summary["cassandra_reads_per_op"] = (
+                            round(reads / result.committed, 3) if result.committed else None
+                        )
                         summary["cassandra_writes_per_row_write"] = (
                             round(writes / rows, 3) if rows else None
                         )
@@ -299,6 +322,11 @@ def _operations(
 async def _takeover_writes(addresses: list[str]) -> int:
     figures = await asyncio.gather(*(asyncio.to_thread(metrics_of, a) for a in addresses))
     return int(sum(f.get(TAKEOVER_WRITES, 0.0) for f in figures))
+
+
+async def _counter(addresses: list[str], name: str) -> int:
+    figures = await asyncio.gather(*(asyncio.to_thread(metrics_of, a) for a in addresses))
+    return int(sum(f.get(name, 0.0) for f in figures))
 
 
 async def _store_writes(addresses: list[str]) -> int:
@@ -389,7 +417,10 @@ def _figures(
         f"sidecars; LWT through one driver session (token-aware). Untimed warm-up of "
         f"{plan['warmup_seconds_per_workload']:g} s per workload first. LWT: UPDATE ... IF balance "
         f">= 0, SERIAL, commit ONE. No WAN emulation. Everything (3 JVMs, 3 sidecars, the "
-        f"load generator) shares this machine's CPUs."
+        f"load generator) shares this machine's CPUs. Cassandra's CPU above its idle rate: "
+        f"less its CPU per second with nothing running (measured for {IDLE_SECONDS:g} s after "
+        f"the warm-up) times the run's seconds; a fixed rate divided by fewer op/s otherwise "
+        f"reads as a costlier op."
         + (" Sidecars ran under cProfile (slower than unprofiled)." if profiled else "")
     )
     rows = []
@@ -407,8 +438,10 @@ def _figures(
                 sum(item["errors"].values()),
                 cpu.get("sidecars"),
                 cpu.get("cassandra"),
+                cpu.get("cassandra_above_idle"),
                 cpu.get("load_generator"),
                 item.get("cassandra_writes_per_row_write"),
+                item.get("cassandra_reads_per_op"),
             ]
         )
     peak = {
@@ -435,8 +468,10 @@ def _figures(
                 "errors",
                 "CPU ms/op sidecars",
                 "CPU ms/op Cassandra",
+                "CPU ms/op Cassandra above its idle rate",
                 "CPU ms/op load generator",
                 "Cassandra writes per Accord row write",
+                "Cassandra reads per Accord op",
             ],
             rows=rows,
             plot={

@@ -144,6 +144,17 @@ def _check_output(run: SuiteRun) -> None:
     assert markdown.startswith(f"# bench `{run.suite}`")
     for target in report.get("targets", []):
         assert {"target", "measured", "met"} <= set(target), f"malformed target {target}"
+    if run.suite == "throughput":
+        # Every committed Accord op read its partitions through the store once at least
+        # (a conditional set one, a transfer two): a count of 0 means reads went uncounted.
+        for item in report["runs"]:
+            if item.get("cassandra_reads_per_op") is not None or item["workload"] in (
+                "Accord conditional set (1 partition)",
+                "Accord transfer (2 partitions)",
+            ):
+                least = 2 if "transfer" in item["workload"] else 1
+                reads = item.get("cassandra_reads_per_op")
+                assert reads is not None and reads >= least, f"store reads not counted: {item}"
 
 
 def _run_and_check(quick_runs: dict[str, SuiteRun], suite: str) -> None:
