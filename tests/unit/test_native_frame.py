@@ -15,6 +15,7 @@ from accord_cassandra.native.endpoint import (
     Column,
     describe,
     prepared_body,
+    rewrite_supported,
     rows_body,
     statement_id,
 )
@@ -185,3 +186,15 @@ def test_transactions_and_plain_writes_are_told_apart() -> None:
     assert (
         written_tables("INSERT INTO t (a) VALUES (1)", None) == []
     )  # no keyspace: Cassandra refuses
+
+
+def test_supported_offers_no_compression_and_v4_alone() -> None:
+    body = (
+        f.Writer()
+        .string_multimap(
+            {"COMPRESSION": ["snappy", "lz4"], "PROTOCOL_VERSIONS": ["3/v3", "4/v4", "5/v5"]}
+        )
+        .build()
+    )
+    options = f.Reader(rewrite_supported(body)).string_multimap()
+    assert options == {"COMPRESSION": [], "PROTOCOL_VERSIONS": ["4/v4"]}
