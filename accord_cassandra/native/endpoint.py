@@ -420,6 +420,9 @@ class Connection:
                 self._forward(frame)
         except Malformed as error:
             self.error(stream, f.PROTOCOL_ERROR, f"malformed {_opname(frame.opcode)}: {error}")
+        except Exception as error:  # answered, never a request left without a word
+            logger.exception("CQL endpoint: handling %s", _opname(frame.opcode))
+            self.error(stream, f.SERVER_ERROR, f"{_opname(frame.opcode)} failed here: {error!r}")
 
     def _startup(self, frame: Frame) -> None:
         reader = f.Reader(frame.body)
@@ -565,6 +568,16 @@ class Connection:
             body = await self._run(statement, params)
         except _Answer as answer:
             self.send(answer.frame(stream))
+        except Exception as error:  # answered, never a request left without a word
+            logger.exception("CQL endpoint: a transaction failed unexpectedly")
+            self.send(
+                f.error_frame(
+                    stream,
+                    f.SERVER_ERROR,
+                    f"the transaction failed here ({error!r}); its outcome is unknown: it may "
+                    "still commit",
+                )
+            )
         else:
             self.send(f.encode_frame(f.V4 | f.RESPONSE, 0, stream, f.RESULT, body))
         with contextlib.suppress(Exception):
