@@ -45,6 +45,8 @@ class SidecarProcess:
     log_level: str = "info"
     # Where peers deliver to it: its own peer port (peer_listen) if it has one, else address.
     peer_address: str = ""
+    # Its CQL native-protocol endpoint (config cql_listen), if it has one.
+    cql_address: str = ""
 
     @property
     def address_file(self) -> Path:
@@ -202,6 +204,7 @@ class LocalSidecars:
             sidecar.address = str(bound["listen"])
             sidecar.metrics_address = str(bound["metrics_listen"])
             sidecar.peer_address = str(bound.get("peer_listen") or bound["listen"])
+            sidecar.cql_address = str(bound.get("cql_listen") or "")
 
     def peer_maps(self) -> dict[int, dict[int, str]]:
         """Per sidecar, the address it reaches each peer at (by default the peer's own)."""
@@ -217,6 +220,8 @@ class LocalSidecars:
             config.update(
                 listen=sidecar.address, metrics_listen=sidecar.metrics_address, peers=peers
             )
+            if config.get("cql_listen"):
+                config["cql_listen"] = sidecar.cql_address
             if config.get("peer_listen"):
                 config["peer_listen"] = sidecar.peer_address
                 config["peer_addresses"] = peers

@@ -257,6 +257,16 @@ class SidecarConfig(BaseSettings):
     peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     allow_insecure_peers: bool = False
     metrics_listen: str | None = None
+    # The CQL native-protocol endpoint (docs/sidecars.md, "The CQL endpoint"): drivers and
+    # cqlsh connect here as to Cassandra; BEGIN TRANSACTION runs through Accord, every other
+    # frame goes to ``cql_upstream`` (default: the first cassandra.contact_points at
+    # cassandra.port). ``cql_plain_writes``: Accord-managed tables ("ks.table") that plain
+    # INSERT/UPDATE/DELETE may still write through the endpoint.
+    cql_listen: str | None = None
+    cql_upstream: str | None = None
+    cql_plain_writes: list[str] = Field(default_factory=list)
+    cql_max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    cql_prepared_cache: int = Field(default=1024, ge=1, le=1_000_000)
     # Port 0 in ``listen``/``metrics_listen`` lets the kernel pick a free port (no race with
     # other processes); the addresses actually bound are then written to ``address_file``
     # (JSON, atomically) as soon as both are bound, before anything else starts.
@@ -291,7 +301,7 @@ class SidecarConfig(BaseSettings):
         # The environment overrides the YAML file (which arrives as init arguments).
         return (env_settings, init_settings)
 
-    @field_validator("listen", "metrics_listen", "peer_listen")
+    @field_validator("listen", "metrics_listen", "peer_listen", "cql_listen", "cql_upstream")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
@@ -311,6 +321,14 @@ class SidecarConfig(BaseSettings):
             except ValueError as error:
                 raise ValueError(f"peer {node}: {error}") from None
         return value
+
+    @property
+    def cql_upstream_address(self) -> str:
+        """Where the CQL endpoint forwards what is not a transaction."""
+        if self.cql_upstream is not None:
+            return self.cql_upstream
+        host = self.cassandra.contact_points[0]
+        return f"[{host}]:{self.cassandra.port}" if ":" in host else f"{host}:{self.cassandra.port}"
 
     @property
     def shared_storage_enabled(self) -> bool:
@@ -460,6 +478,23 @@ class SidecarConfig(BaseSettings):
             raise ValueError(
                 "shared_storage: true needs store: cassandra (each memory store is private)"
             )
+        if self.cql_listen is not None:
+            if self.store != "cassandra" and self.cql_upstream is None:
+                raise ValueError(
+                    "cql_listen needs a Cassandra node to forward plain CQL to: store: "
+                    "cassandra (its first contact point) or cql_upstream"
+                )
+            for name, other in (
+                ("listen", self.listen),
+                ("peer_listen", self.peer_listen),
+                ("metrics_listen", self.metrics_listen),
+            ):
+                if other is not None and _same_port(self.cql_listen, other):
+                    raise ValueError(f"cql_listen {self.cql_listen} is the {name} address")
+        for name in self.cql_plain_writes:
+            keyspace, dot, table = name.partition(".")
+            if not dot or not keyspace or not table:
+                raise ValueError(f"cql_plain_writes: {name!r} is not keyspace.table")
         if self.metrics_listen is not None:
             for name, other in (("listen", self.listen), ("peer_listen", self.peer_listen)):
                 if other is not None and _same_port(self.metrics_listen, other):

@@ -44,6 +44,7 @@ from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.host import MAX_PENDING_CLIENTS, Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
+from accord_cassandra.native.endpoint import CqlEndpoint, Failure
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.ports import (
     bind_retrying,
@@ -198,26 +199,38 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
                     f"the request reached the sidecar {remaining:.3f} s before its deadline, "
                     "too late to run it; nothing was submitted",
                 )
+        try:
+            return await self.run(request, translation, timeout)
+        except Refused as refused:
+            await context.abort(refused.code, fit_details(refused.message))
+        return fail("abort() returned after a refused transaction")  # pragma: no cover
+
+    async def run(
+        self, request: client_pb2.TransactRequest, translation: Any, timeout: float
+    ) -> client_pb2.TransactResponse:
+        """Run a request translated (``to_txn``) and checked: its response, or
+        :class:`Refused` with the status the client API gives it (docs/sidecars.md, "Client
+        errors"). The gRPC service and the CQL endpoint both answer through this."""
         if self.delegate is not None:
-            relayed = await self._delegated(self.delegate, request, timeout, context)
+            relayed = await self._delegated(self.delegate, request, timeout)
             if relayed is not None:
                 return relayed
         try:
             reply = await self.host.submit(translation.txn, timeout=timeout)
         except Overloaded as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, fit_details(str(error)))
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)) from None
         except TimeoutError:
-            await context.abort(
+            raise Refused(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 "no outcome within the timeout; the transaction may still commit",
-            )
+            ) from None
         if reply.outcome == "invalidated":
-            await context.abort(
+            raise Refused(
                 grpc.StatusCode.ABORTED,
                 "the transaction was invalidated: it did not and will not apply",
             )
         if reply.outcome != "ok" or reply.result is None:
-            await context.abort(
+            raise Refused(
                 grpc.StatusCode.UNAVAILABLE, "outcome unknown: the transaction may still commit"
             )
         result = check_not_none(reply.result, "ok reply for %s without a result", reply.txn_id)
@@ -235,7 +248,6 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
         delegate: tuple[int, Any],
         request: client_pb2.TransactRequest,
         timeout: float,
-        context: grpc.aio.ServicerContext[Any, Any],
     ) -> client_pb2.TransactResponse | None:
         """Run a request (already validated here) at the delegate and relay its answer; None
         when the delegate could not be reached at all (nothing left this sidecar), and then
@@ -256,13 +268,22 @@ class TransactionsServicer(client_pb2_grpc.TransactionsServicer):
             if code == grpc.StatusCode.UNAVAILABLE and any(m in details for m in NEVER_CONNECTED):
                 return None
             if code not in DELEGATE_RELAYED or code == grpc.StatusCode.UNAVAILABLE:
-                await context.abort(
+                raise Refused(
                     grpc.StatusCode.UNAVAILABLE,
                     f"outcome unknown: sidecar {node}, which coordinates for this one, answered "
                     f"{code.name}; the transaction may still commit",
-                )
-            await context.abort(code, fit_details(f"from sidecar {node}: {details}"))
+                ) from None
+            raise Refused(code, f"from sidecar {node}: {details}") from None
         return response
+
+
+class Refused(AccordCassandraError, RuntimeError):
+    """A transaction that got no result: ``code`` as the client API reports it."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 # Codes a delegate's answer keeps (docs/sidecars.md, "Client errors"); any other (its
@@ -277,6 +298,33 @@ DELEGATE_RELAYED = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
     }
 )
+
+
+# How the CQL endpoint reports each refusal (accord_cassandra/native/endpoint.py, Failure).
+CQL_FAILURES = {
+    grpc.StatusCode.INVALID_ARGUMENT: "invalid",
+    grpc.StatusCode.FAILED_PRECONDITION: "invalid",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "overloaded",
+    grpc.StatusCode.ABORTED: "invalidated",
+}
+
+
+def cql_runner(transactions: TransactionsServicer) -> Callable[[Any], Any]:
+    """The CQL endpoint's way into Accord: the gRPC service's own checks and path, without
+    gRPC; a refusal becomes a :class:`~accord_cassandra.native.endpoint.Failure`."""
+    timeout = transactions.timeout
+
+    async def run(request: client_pb2.TransactRequest) -> client_pb2.TransactResponse:
+        try:
+            translation = to_txn(request, transactions.catalog)
+        except RequestError as error:
+            raise Failure("invalid", str(error)) from None
+        try:
+            return await transactions.run(request, translation, timeout)
+        except Refused as refused:
+            raise Failure(CQL_FAILURES.get(refused.code, "unknown"), refused.message) from None
+
+    return run
 
 
 def _add_raw_unary(
@@ -594,6 +642,8 @@ class Sidecar:
         self.metrics: MetricsServer | None = None
         self.listen = config.listen
         self.delegate_channel: grpc.aio.Channel | None = None
+        self.cql: CqlEndpoint | None = None
+        self.cql_listen: str | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -626,6 +676,20 @@ class Sidecar:
                 raise StartupError(
                     f"metrics_listen: cannot bind {config.metrics_listen}: {_why(error)}"
                 ) from None
+        if config.cql_listen is not None:
+            self.cql = CqlEndpoint(
+                config.cql_listen,
+                config.cql_upstream_address,
+                plain_writes=config.cql_plain_writes,
+                max_frame_bytes=config.cql_max_frame_bytes,
+                prepared_capacity=config.cql_prepared_cache,
+            )
+            try:
+                self.cql_listen = await self.cql.bind()
+            except OSError as error:
+                raise StartupError(
+                    f"cql_listen: cannot bind {config.cql_listen}: {_why(error)}"
+                ) from None
         if config.address_file is not None:
             write_json_atomically(
                 config.address_file,
@@ -633,6 +697,7 @@ class Sidecar:
                     "listen": self.listen,
                     "metrics_listen": self.metrics.bound if self.metrics is not None else None,
                     "peer_listen": self.peer_listen,
+                    "cql_listen": self.cql_listen,
                 },
             )
         try:
@@ -728,17 +793,18 @@ class Sidecar:
             peer_servicer.Stream,
             peer_pb2.PeerAck.SerializeToString,
         )
+        transactions = TransactionsServicer(
+            self.host,
+            catalog,
+            token=config.client_token,
+            timeout=config.timing.client_timeout_ms / 1000,
+            delegate=self._delegate(peers),
+        )
         _add_raw_unary(
             server,
             SERVICE_NAME,
             "Transact",
-            TransactionsServicer(
-                self.host,
-                catalog,
-                token=config.client_token,
-                timeout=config.timing.client_timeout_ms / 1000,
-                delegate=self._delegate(peers),
-            ).Transact,
+            transactions.Transact,
             client_pb2.TransactResponse.SerializeToString,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -748,13 +814,16 @@ class Sidecar:
         if self.peer_server is not None:
             await self.peer_server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        if self.cql is not None:
+            await self.cql.start(catalog, cql_runner(transactions))
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
-            "sidecar started node=%d listen=%s peer_listen=%s peer_auth=%s store=%s "
-            "replayed=%d seconds=%.2f",
+            "sidecar started node=%d listen=%s peer_listen=%s cql_listen=%s peer_auth=%s "
+            "store=%s replayed=%d seconds=%.2f",
             config.node_id,
             self.listen,
             self.peer_listen or self.listen,
+            self.cql_listen,
             config.peer_auth,
             config.store,
             self.host.replayed,
@@ -788,6 +857,8 @@ class Sidecar:
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
         await self.host.drain(self.config.drain_seconds)
+        if self.cql is not None:
+            await self.cql.stop()
         if self.server is not None:
             await self.server.stop(grace=1.0)
         if self.peer_server is not None:
