@@ -12,6 +12,7 @@ import com.datastax.oss.driver.api.core.cql.ColumnDefinition;
 import com.datastax.oss.driver.api.core.cql.PreparedStatement;
 import com.datastax.oss.driver.api.core.cql.ResultSet;
 import com.datastax.oss.driver.api.core.cql.Row;
+import com.datastax.oss.driver.api.core.loadbalancing.NodeDistance;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -42,6 +43,13 @@ public final class AccordCqlProbe {
         CqlSession.builder()
             .addContactPoint(new InetSocketAddress(host, port))
             .withLocalDatacenter(dc)
+            // The endpoint relays system.peers as Cassandra answers it (the Cassandra nodes'
+            // own addresses): requests must stay on the contact point, the sidecar.
+            .withNodeDistanceEvaluator(
+                (node, localDc) ->
+                    node.getEndPoint().resolve().equals(new InetSocketAddress(host, port))
+                        ? NodeDistance.LOCAL
+                        : NodeDistance.IGNORED)
             .withConfigLoader(config)
             .build()) {
       line("connected", "\"protocol\":" + str(session.getContext().getProtocolVersion().name()));
