@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium soak clean
+.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium java-driver soak clean
 
 CONSTRAINTS := constraints.txt
 INSTALL_LOG := $(VENV)/install.log
@@ -45,7 +45,7 @@ demo-kafka: $(STAMP) cassandra-jars kafka-jars
 ## Everything: lint, types, layering contracts, then the whole test suite against a real
 ## Cassandra and a real Kafka broker (jars fetched once into the cache, nodes and the broker
 ## started by the tests' own fixtures) and the console in a real headless Chromium.
-test: $(STAMP) check cassandra-jars kafka-jars porcupine chromium
+test: $(STAMP) check cassandra-jars kafka-jars java-driver porcupine chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## The external checker for Maelstrom histories (a Go program built with the module proxy).
@@ -77,6 +77,10 @@ cassandra-up: cassandra-jars
 
 cassandra-down: $(STAMP)
 	$(PY) -m accord_cassandra.launcher down
+
+## The Java driver and the probe tests/clients runs with it (jars and classes in the cache).
+java-driver: $(STAMP)
+	$(PY) -c 'from tests.clients.java_driver import probe_classpath; print(probe_classpath())'
 
 kafka-jars: $(STAMP)
 	$(PY) -m stacksaga_store.kafka fetch
