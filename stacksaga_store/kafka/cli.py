@@ -39,6 +39,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         first_ip=args.first_ip or default_first_ip(),
         **({"heap_mb": args.heap_mb} if args.heap_mb else {}),
         **({"version": args.version} if args.version else {}),
+        sasl_users=dict(_user(text) for text in args.sasl_user),
     )
     kafka = LocalKafka(spec, args.base_dir, start_timeout=args.timeout)
     started = time.monotonic()
@@ -47,6 +48,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"{spec.brokers} broker(s) up in {seconds:.1f} s: {spec.bootstrap_servers}")
     _print_status(kafka)
     return 0
+
+
+def _user(text: str) -> tuple[str, str]:
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise StackSagaError(f"--sasl-user {user or text!r}: expected USER:PASSWORD")
+    return user, password
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -101,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--heap-mb", type=int, default=None)
     up.add_argument("--timeout", type=float, default=None, help="seconds to wait for readiness")
     up.add_argument("--version", default=None)
+    up.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="SASL_PLAINTEXT + PLAIN on the client port with these accounts (repeat; the "
+        "first is the brokers' own identity)",
+    )
 
     down = sub.add_parser("down", help="stop the brokers recorded in the state file")
     down.add_argument("--clean", action="store_true", help="also delete the broker folders")

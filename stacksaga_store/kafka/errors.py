@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stacksaga_store.errors import StackSagaError
 
-__all__ = ["BrokerStartError", "KafkaLauncherError", "PortBusyError"]
+__all__ = ["BrokerStartError", "KafkaAuthError", "KafkaLauncherError", "PortBusyError"]
 
 
 class KafkaLauncherError(StackSagaError, RuntimeError):
@@ -17,3 +17,7 @@ class PortBusyError(KafkaLauncherError):
 
 class BrokerStartError(KafkaLauncherError):
     """A broker did not come up; the message carries the tail of its log."""
+
+
+class KafkaAuthError(StackSagaError):
+    """The broker refused the client's SASL credentials (``stacksaga.kafka.sasl-*``)."""

@@ -47,7 +47,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+)
 
 from stacksaga_store.config.kafka import KafkaProperties, SecurityProtocol
 from stacksaga_store.errors import (
@@ -55,6 +61,7 @@ from stacksaga_store.errors import (
     StackSagaError,
     TransactionNotFoundError,
 )
+from stacksaga_store.kafka.errors import KafkaAuthError
 from stacksaga_store.kafka.messages import (
     Outcome,
     UndecodableEvent,
@@ -104,6 +111,35 @@ def client_options(kafka: KafkaProperties) -> dict[str, Any]:
     return options
 
 
+async def start_client(client: Any, kafka: KafkaProperties) -> None:
+    """``client.start()``; a bootstrap failure under SASL is probed once per server so that
+    refused credentials come out as :class:`KafkaAuthError` naming the user and the
+    broker's reason (aiokafka itself only says it could not bootstrap)."""
+    try:
+        await client.start()
+    except KafkaConnectionError:
+        if kafka.sasl_mechanism is not None:
+            await _probe_sasl(kafka)
+        raise
+
+
+async def _probe_sasl(kafka: KafkaProperties) -> None:
+    options = client_options(kafka)
+    del options["bootstrap_servers"]
+    for server in kafka.bootstrap_servers.split(","):
+        host, _, port = server.rpartition(":")
+        try:
+            conn = await create_conn(host.strip("[]"), int(port), **options)
+        except SaslAuthenticationFailed as exc:
+            raise KafkaAuthError(
+                f"Kafka at {server} refused the {kafka.sasl_mechanism} credentials of user "
+                f"{kafka.sasl_username!r} (stacksaga.kafka.sasl-username / sasl-password): {exc}"
+            ) from exc
+        except (KafkaError, OSError):
+            continue  # that server is down or unreachable: not an answer about credentials
+        conn.close()
+
+
 def topics_for(kafka: KafkaProperties, sagas: Iterable[Saga]) -> list[str]:
     return sorted({kafka.steps_topic(saga.domain) for saga in sagas})
 
@@ -112,8 +148,8 @@ async def ensure_topics(kafka: KafkaProperties, topics: Sequence[str]) -> None:
     """Create missing topics (``partitions``, ``replication-factor``); existing ones are kept."""
 
     admin = AIOKafkaAdminClient(**client_options(kafka))
-    await admin.start()
     try:
+        await start_client(admin, kafka)
         existing = set(await admin.list_topics())
         missing = [t for t in topics if t not in existing]
         if not missing:
@@ -149,7 +185,7 @@ class StepPublisher:
     async def start(self) -> None:
         await ensure_topics(self.kafka, [*topics_for(self.kafka, self.orchestrator.sagas)])
         self._producer = AIOKafkaProducer(**client_options(self.kafka), acks="all")
-        await self._producer.start()
+        await start_client(self._producer, self.kafka)
 
     async def stop(self) -> None:
         if self._producer is not None:
@@ -229,7 +265,7 @@ class StepWorker:
         )
         options = client_options(self.kafka)
         self._producer = AIOKafkaProducer(**options, acks="all", client_id=f"{self.name}-p")
-        await self._producer.start()
+        await start_client(self._producer, self.kafka)
         self._consumer = AIOKafkaConsumer(
             **options,
             group_id=self.kafka.group_id,
@@ -241,7 +277,7 @@ class StepWorker:
             max_poll_records=max(8, 2 * self.kafka.max_in_flight_per_partition),
         )
         self._consumer.subscribe(self.topics, listener=_Rebalance(self))
-        await self._consumer.start()
+        await start_client(self._consumer, self.kafka)
         self._loop_task = asyncio.create_task(self._fetch_loop(), name=f"kafka-worker-{self.name}")
         logger.info(
             "kafka worker %s consuming %s as group %s", self.name, self.topics, self.kafka.group_id
