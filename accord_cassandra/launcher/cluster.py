@@ -62,6 +62,7 @@ class _CqlClients:
 
     contact_points: list[str]
     native_port: int
+    credentials: tuple[str, str] | None = None
 
     def __init__(self) -> None:
         self._drivers: list[Cluster] = []
@@ -70,7 +71,9 @@ class _CqlClients:
         self.disposable = False
 
     def connect(self, keyspace: str | None = None) -> Session:
-        cluster = driver_cluster(self.contact_points, self.native_port)
+        cluster = driver_cluster(
+            self.contact_points, self.native_port, credentials=self.credentials
+        )
         self._drivers.append(cluster)
         return cluster.connect(keyspace)
 
@@ -126,6 +129,7 @@ class LocalCluster(_CqlClients):
     ) -> None:
         super().__init__()
         self.spec = spec
+        self.credentials = spec.credentials
         self.base_dir = Path(base_dir).resolve()
         self.start_timeout = start_timeout or default_start_timeout()
         self.stop_timeout = stop_timeout
@@ -262,10 +266,10 @@ class LocalCluster(_CqlClients):
         pid = self._pids.get(index, 0)
         return f"pid {pid} is gone (cmdline {proc_cmdline(pid)[:80]!r})"
 
-    @staticmethod
-    def _answers_cql(ip: str, port: int) -> bool:
+    def _answers_cql(self, ip: str, port: int) -> bool:
         try:
-            return query_release_version(ip, port).startswith("5.0")
+            version = query_release_version(ip, port, credentials=self.spec.credentials)
+            return version.startswith("5.0")
         except Exception:  # noqa: BLE001 - not ready yet; the caller polls until its deadline
             return False
 
@@ -299,7 +303,9 @@ class LocalCluster(_CqlClients):
         log.info("every running node saw %s after %.1f s", wanted, time.monotonic() - started)
 
     def _ring_view_is(self, ip: str, all_up: bool) -> Callable[[], bool]:
-        return lambda: ring_view(ip, self.native_port, self.spec.nodes) is all_up
+        return lambda: (
+            ring_view(ip, self.native_port, self.spec.nodes, self.spec.credentials) is all_up
+        )
 
     # -- stop ---------------------------------------------------------------------------------
 

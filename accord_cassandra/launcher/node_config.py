@@ -127,6 +127,8 @@ def node_config(spec: ClusterSpec, index: int, directory: Path) -> dict[str, Any
         "write_request_timeout": "5000ms",
         "read_request_timeout": "5000ms",
     }
+    if spec.password_auth:
+        config["authenticator"] = "PasswordAuthenticator"
     config.update(spec.extra_config.get(index, {}))
     return config
 
@@ -184,6 +186,10 @@ def node_jvm_options(
         # default 2 s wait only slows every stop.
         "-Dcassandra.shutdown_announce_in_ms=500",
     ]
+    if spec.password_auth:
+        # The default superuser is created after this delay (10 s stock); until then no one
+        # can log in, and the start-up probe waits on a login.
+        options.append("-Dcassandra.superuser_setup_delay_ms=0")
     if java_major > SUPPORTED_JAVA:
         options.append("-Djava.security.manager=allow")
     options.extend(spec.extra_jvm_options.get(index, ()))

@@ -19,9 +19,16 @@ def tcp_open(ip: str, port: int) -> bool:
 
 
 def driver_cluster(
-    contact_points: Sequence[str], port: int, *, only: str | None = None, timeout: float = 20.0
+    contact_points: Sequence[str],
+    port: int,
+    *,
+    only: str | None = None,
+    timeout: float = 20.0,
+    credentials: tuple[str, str] | None = None,
 ) -> Cluster:
-    """A cassandra-driver Cluster; `only` pins every request to one node (no failover)."""
+    """A cassandra-driver Cluster; `only` pins every request to one node (no failover);
+    `credentials` (user, password) for nodes that run PasswordAuthenticator."""
+    from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import (
         DCAwareRoundRobinPolicy,
@@ -49,11 +56,14 @@ def driver_cluster(
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=timeout,
         control_connection_timeout=timeout,
+        auth_provider=PlainTextAuthProvider(*credentials) if credentials is not None else None,
     )
 
 
-def query_release_version(ip: str, port: int, timeout: float = 10.0) -> str:
-    cluster = driver_cluster([ip], port, only=ip, timeout=timeout)
+def query_release_version(
+    ip: str, port: int, timeout: float = 10.0, credentials: tuple[str, str] | None = None
+) -> str:
+    cluster = driver_cluster([ip], port, only=ip, timeout=timeout, credentials=credentials)
     try:
         row = cluster.connect().execute("SELECT release_version FROM system.local").one()
         return str(row.release_version)
@@ -61,7 +71,9 @@ def query_release_version(ip: str, port: int, timeout: float = 10.0) -> str:
         cluster.shutdown()
 
 
-def ring_view(ip: str, port: int, nodes: int) -> bool | None:
+def ring_view(
+    ip: str, port: int, nodes: int, credentials: tuple[str, str] | None = None
+) -> bool | None:
     """Whether the node at ip, as coordinator, sees every node of the ring up.
 
     True: all up; False: it reports a replica down (Unavailable); None: no answer yet.
@@ -75,7 +87,7 @@ def ring_view(ip: str, port: int, nodes: int) -> bool | None:
     query = SimpleStatement(
         "SELECT * FROM system_distributed.repair_history LIMIT 1", consistency_level=level
     )
-    cluster = driver_cluster([ip], port, only=ip, timeout=10.0)
+    cluster = driver_cluster([ip], port, only=ip, timeout=10.0, credentials=credentials)
     try:
         cluster.connect().execute(query)
     except Unavailable:

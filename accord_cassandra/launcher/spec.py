@@ -37,8 +37,13 @@ LAUNCHER_KEYS = frozenset(
         "commitlog_directory",
         "saved_caches_directory",
         "hints_directory",
+        # The probes must log in to a node that asks for a password: ClusterSpec.password_auth.
+        "authenticator",
     }
 )
+
+# The role Cassandra creates when PasswordAuthenticator is on and no role exists yet.
+DEFAULT_SUPERUSER = ("cassandra", "cassandra")
 
 
 class LauncherError(AccordCassandraError, RuntimeError):
@@ -77,6 +82,13 @@ class ClusterSpec:
     # JVM keeps the last one given). Plain data, so the state file keeps them for attach().
     extra_config: Mapping[int, Mapping[str, Any]] = field(default_factory=dict, hash=False)
     extra_jvm_options: Mapping[int, Sequence[str]] = field(default_factory=dict, hash=False)
+    # PasswordAuthenticator on every node; the launcher's own probes and connect() log in as
+    # Cassandra's default superuser (credentials), created at start-up.
+    password_auth: bool = False
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        return DEFAULT_SUPERUSER if self.password_auth else None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

@@ -138,6 +138,23 @@ def test_extra_config_and_jvm_options_reach_only_their_node(tmp_path: Path, lib_
     assert not any("rackdc" in o for o in node_files.node_jvm_options(spec, 1, tmp_path, lib_dir))
 
 
+def test_password_auth_turns_on_the_authenticator_and_the_probes_log_in(
+    tmp_path: Path, lib_dir: Path
+) -> None:
+    spec = ClusterSpec(nodes=1, password_auth=True)
+    assert node_files.node_config(spec, 1, tmp_path)["authenticator"] == "PasswordAuthenticator"
+    options = node_files.node_jvm_options(spec, 1, tmp_path, lib_dir)
+    assert "-Dcassandra.superuser_setup_delay_ms=0" in options
+    assert spec.credentials == ("cassandra", "cassandra")
+    assert ClusterSpec.from_state(json.loads(json.dumps(spec.to_state()))) == spec
+    plain = ClusterSpec(nodes=1)
+    assert "authenticator" not in node_files.node_config(plain, 1, tmp_path)
+    assert plain.credentials is None
+    # Through extra_config the probes could not log in: the field is the way.
+    with pytest.raises(LauncherError, match="authenticator"):
+        ClusterSpec(extra_config={1: {"authenticator": "PasswordAuthenticator"}})
+
+
 def test_extras_are_copied_so_later_changes_do_not_leak_in() -> None:
     config = {"broadcast_address": "127.0.89.1"}
     options = ["-Da=1"]
