@@ -27,7 +27,8 @@ fetched, the partition is paused until it drains. On revoke (rebalance, shutdown
 records get ``revoke-grace-ms`` to finish and their offsets are committed; what is still
 running then is cancelled and left uncommitted (a STRICT lease expires on its own), so the new
 owner redelivers it. A retryable step failure parks the saga for the recovery engine
-(FAILED_WITH_RETRYABLE_ERROR); the worker does not publish a retry itself.
+(FAILED_WITH_RETRYABLE_ERROR); the worker does not publish a retry itself: the Retry-Node
+re-enters it through this topic (:mod:`stacksaga_store.kafka.reentry`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from stacksaga_store.recovery.commit_modes import (
 )
 from stacksaga_store.recovery.directory import Directory, DirectoryScope
 from stacksaga_store.recovery.metrics import RecoveryMetrics
-from stacksaga_store.recovery.retry_node import Dispatcher, RetryNode, SagaDispatcher
+from stacksaga_store.recovery.retry_node import Dispatcher, Reentry, RetryNode, SagaDispatcher
 from stacksaga_store.recovery.windows import WindowMath
 from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import LeaseSource
@@ -126,11 +126,16 @@ class RecoveryEngine:
         metrics: RecoveryMetrics | None = None,
         dispatcher: Dispatcher | None = None,
         page_rows: int = 500,
+        reenter: Reentry | None = None,
     ) -> RetryNode:
+        """``reenter``: how the default dispatcher re-invokes a saga (``Orchestrator.resume``
+        unless given; Kafka-driven services pass ``KafkaReentry.resume``)."""
         return RetryNode(
             directory=self.directory,
             dispatcher=dispatcher
-            or SagaDispatcher(orchestrator=orchestrator, writer=self.writer, commit=self.commit),
+            or SagaDispatcher(
+                orchestrator=orchestrator, writer=self.writer, commit=self.commit, reenter=reenter
+            ),
             commit=self.commit,
             leases=leases,
             settings=self.runtime.settings,

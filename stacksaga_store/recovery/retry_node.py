@@ -54,6 +54,7 @@ import contextlib
 import contextvars
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -78,7 +79,7 @@ from stacksaga_store.recovery.metrics import RecoveryMetrics
 from stacksaga_store.recovery.windows import WindowId, WindowMath, date_text, reader_grace
 from stacksaga_store.recovery.writer import RecoveryWriter
 from stacksaga_store.ring.leases import Lease, LeaseSource, RangeLeaseLost, ring_row_name
-from stacksaga_store.saga.orchestrator import Orchestrator
+from stacksaga_store.saga.orchestrator import Orchestrator, SagaOutcome, StepFence
 from stacksaga_store.store.accord_store import StateChangeConflict
 from stacksaga_store.store.model import FencingRow, TransactionKey
 from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
@@ -151,6 +152,15 @@ DISPATCH_FENCE: contextvars.ContextVar[LeaseFence | None] = contextvars.ContextV
 )
 
 
+class Reentry(Protocol):
+    """How a dispatch re-invokes a transaction (same contract as ``Orchestrator.resume``:
+    raise LeaseFencedError once the fence is lost; ``stopped_by`` set if the saga did not move)."""
+
+    async def __call__(
+        self, transaction_id: uuid.UUID, *, fence: StepFence | None = None
+    ) -> SagaOutcome: ...
+
+
 class Dispatcher(Protocol):
     """Handles one Tier-5 row. Must be idempotent: a row can be dispatched again after a
     crash before its bucket was dropped."""
@@ -162,9 +172,15 @@ class SagaDispatcher:
     """The seed's retry and restore pickup on the orchestrator (module docstring)."""
 
     def __init__(
-        self, *, orchestrator: Orchestrator, writer: RecoveryWriter, commit: CommitMode
+        self,
+        *,
+        orchestrator: Orchestrator,
+        writer: RecoveryWriter,
+        commit: CommitMode,
+        reenter: Reentry | None = None,
     ) -> None:
         self.orchestrator = orchestrator
+        self.reenter: Reentry = reenter or orchestrator.resume
         self.events = orchestrator.store
         self.writer = writer
         self.commit = commit
@@ -190,7 +206,7 @@ class SagaDispatcher:
 
     async def _resume(self, key: TransactionKey) -> DispatchOutcome:
         try:
-            outcome = await self.orchestrator.resume(key.transaction_id, fence=DISPATCH_FENCE.get())
+            outcome = await self.reenter(key.transaction_id, fence=DISPATCH_FENCE.get())
         except LeaseFencedError as exc:
             logger.info("%s; the row stays for the range's next holder", exc)
             return DispatchOutcome.FAILED

@@ -321,11 +321,12 @@ class Orchestrator:
             run, run.saga.step(event.step_name), event.execution_type, heal_skips=False
         )
 
-    async def admin_restore(self, transaction_id: uuid.UUID) -> SagaOutcome:
+    async def admin_restore(self, transaction_id: uuid.UUID, *, drive: bool = True) -> SagaOutcome:
         """Take a FROZEN or QUARANTINED transaction back and drive it again now.
 
         FROZEN resumes compensation (the failed compensation runs again, same idempotency key);
         QUARANTINED resumes in the direction it was going. Either gets a fresh lifetime.
+        ``drive=False`` only takes it back (event-driven flows then publish its next step).
         """
         run = await self._load(transaction_id)
         done = progress(run.saga.step_names, run.tryouts)
@@ -346,6 +347,8 @@ class Orchestrator:
             )
             await self._reset_failed_marker(run)
         logger.info("admin restore: txn=%s now=%s", run.key, status.value)
+        if not drive:
+            return run.outcome("restored; not driven")
         return await self._drive(run)
 
     async def read(self, transaction_id: uuid.UUID) -> TransactionView:
