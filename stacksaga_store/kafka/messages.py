@@ -35,6 +35,8 @@ def encode_step(event: StepEvent) -> bytes:
         "step": event.step_name,
         "execution_type": event.execution_type.value,
     }
+    if event.heal:
+        document["heal"] = True
     return json.dumps(document, separators=(",", ":")).encode()
 
 
@@ -58,9 +60,12 @@ def decode_step(value: bytes | None) -> StepEvent:
         kind = ExecutionType(document["execution_type"])
     except (KeyError, ValueError) as exc:
         raise UndecodableEvent(f"bad field: {exc}") from None
+    heal = document.get("heal", False)
+    if not isinstance(heal, bool):
+        raise UndecodableEvent(f"bad heal flag {heal!r}")
     if not isinstance(step, str) or not step or kind not in _STEP_TYPES:
         raise UndecodableEvent(f"bad step {step!r} / execution type {kind.value}")
-    return StepEvent(transaction_id, step, kind)
+    return StepEvent(transaction_id, step, kind, heal=heal)
 
 
 _STEP_TYPES = (ExecutionType.EXECUTE, ExecutionType.COMPENSATE)

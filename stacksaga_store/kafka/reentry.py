@@ -12,6 +12,9 @@ it the same way).
 * Final or parked: nothing is published (the watchdog pickup treats it as done).
 * COMPLETE / REVERT_COMPLETE (the last step committed, the final status or the watchdog
   release was lost): ``Orchestrator.resume``, which runs no step, finishes it here.
+* The command carries ``heal``: a step whose marker is final while its tryout row is missing
+  (a worker died in between) is recorded and carried on by the worker, as the in-process
+  resume heals it; a plain delivery turns it away, which would leave the saga stuck.
 * The fence (the Retry-Node's range lease) is checked before publishing; once lost,
   LeaseFencedError, so the row stays for the range's next holder. A command published by a
   holder that lost its lease meanwhile is only a duplicate: the marker turns it away.
@@ -91,7 +94,8 @@ class KafkaReentry:
             return replace(outcome, note="no step to publish")
         if fence is not None and fence.token() is None:
             raise LeaseFencedError(f"txn={transaction_id}: range lease lost; nothing published")
-        event = StepEvent(transaction_id, action.step_name, ExecutionType(action.kind.value))
+        kind = ExecutionType(action.kind.value)
+        event = StepEvent(transaction_id, action.step_name, kind, heal=True)
         await self.publisher.publish(saga, event)
         self.published += 1
         note = f"re-entered through Kafka: {event.execution_type.value} {event.step_name}"

@@ -439,7 +439,8 @@ class StepWorker:
             pass  # the recovery engine owns the retry
         elif action.kind in (NextKind.EXECUTE, NextKind.COMPENSATE) and action.step_name:
             nxt = StepEvent(txn, action.step_name, ExecutionType(action.kind.value))
-            if nxt == event and outcome in _MARKER_SKIPS:
+            same = (nxt.step_name, nxt.execution_type) == (event.step_name, event.execution_type)
+            if same and outcome in _MARKER_SKIPS:
                 # The marker is final but the tryout row not yet written: its holder writes
                 # it and publishes what follows (or, had it crashed, the recovery engine
                 # resumes the saga). Publishing this step again would loop on the marker.

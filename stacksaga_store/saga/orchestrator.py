@@ -134,6 +134,10 @@ class StepEvent:
     transaction_id: uuid.UUID
     step_name: str
     execution_type: ExecutionType = ExecutionType.EXECUTE
+    # A recovery re-entry (Retry-Node retry or restore, long after the run it replaces): a
+    # marker that is final while its tryout row is missing is healed as :meth:`resume` heals
+    # it (recorded, carried on) instead of turned away.
+    heal: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +322,7 @@ class Orchestrator:
         if wanted is None or action.kind is not wanted or action.step_name != event.step_name:
             return DeliveryOutcome.STALE
         return await self._invoke(
-            run, run.saga.step(event.step_name), event.execution_type, heal_skips=False
+            run, run.saga.step(event.step_name), event.execution_type, heal_skips=event.heal
         )
 
     async def admin_restore(self, transaction_id: uuid.UUID, *, drive: bool = True) -> SagaOutcome:

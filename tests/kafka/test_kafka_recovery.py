@@ -31,7 +31,8 @@ from stacksaga_store.saga.definition import Saga, Step, StepContext
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
 from stacksaga_store.store.cql import StatementKind
-from stacksaga_store.store.states import RunningStatus
+from stacksaga_store.store.protection import MarkerKey
+from stacksaga_store.store.states import ExecutionType, RunningStatus, TryoutStatus, step_id
 from tests.kafka._helpers import effects, read_topic, wait_caught_up, wait_final
 from tests.stacksaga.conftest import run
 
@@ -262,6 +263,51 @@ def test_stalled_sagas_are_restored_through_kafka_after_the_watchdog_delay(
             await rig.close()
 
     run(body())
+
+
+def test_restore_heals_a_step_whose_marker_committed_before_its_tryout(
+    kafka_overrides: Callable[..., dict[str, Any]],
+    driver_config: DriverConfig,
+    service_name: str,
+) -> None:
+    """A worker died between reserve's COMMITTED marker and its tryout row (and before it
+    published charge). A plain redelivery of reserve is turned away by the marker; the
+    restore's command carries ``heal``, so the worker records reserve as ALREADY_COMMITTED
+    without running it, and the saga carries on through the topic."""
+
+    async def body() -> None:
+        rig, saga = await _rig(
+            kafka_overrides(), driver_config, service_name, _saga_factory("heal-saga", _never)
+        )
+        try:
+            txn = await rig.orchestrator.create(saga, {"order": 1})
+            view = await rig.orchestrator.read(txn)
+            policy = rig.runtime.settings.cassandra.write_protection.policy_for(saga.domain)
+
+            async def action() -> bytes:
+                return view.record.payload
+
+            await rig.runtime.protection.run(
+                MarkerKey(view.key, step_id("reserve", ExecutionType.EXECUTE)),
+                policy,
+                action,
+                result_writes=lambda payload: [],
+                is_final_failure=lambda error: True,
+            )
+            await rig.advance_and_pass(DELAY_WINDOWS + 1)
+            statuses = await wait_final(rig.orchestrator, [txn], DEADLINE)
+            assert statuses[txn] is RunningStatus.PROCESS_COMPLETED
+            assert await _runs(rig, txn) == [("charge", "worker"), ("notify", "worker")]
+            tryouts = (await rig.orchestrator.read(txn)).tryouts
+            assert tryouts[0].status is TryoutStatus.ALREADY_COMMITTED, tryouts
+        finally:
+            await rig.close()
+
+    run(body())
+
+
+def _never(label: str, ctx: StepContext) -> None:
+    pass
 
 
 def test_frozen_saga_admin_restore_goes_through_kafka(

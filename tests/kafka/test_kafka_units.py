@@ -64,6 +64,9 @@ def test_sasl_needs_credentials_and_takes_them() -> None:
 def test_step_events_round_trip_and_anything_else_is_undecodable() -> None:
     event = StepEvent(uuid.uuid4(), "charge", ExecutionType.COMPENSATE)
     assert decode_step(encode_step(event)) == event
+    assert b"heal" not in encode_step(event)  # plain commands keep their bytes
+    healing = StepEvent(event.transaction_id, "charge", ExecutionType.COMPENSATE, heal=True)
+    assert decode_step(encode_step(healing)) == healing
     bad = [
         None,
         b"\xff",
@@ -72,6 +75,7 @@ def test_step_events_round_trip_and_anything_else_is_undecodable() -> None:
         b'{"format": 1, "kind": "step", "transaction_id": "x", "step": "a", '
         b'"execution_type": "EXECUTE"}',
         encode_step(event).replace(b"COMPENSATE", b"QUARANTINE"),
+        encode_step(healing).replace(b"true", b'"yes"'),
     ]
     for value in bad:
         with pytest.raises(UndecodableEvent):
