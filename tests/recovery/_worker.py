@@ -120,6 +120,9 @@ class PauseAtStepBoundary:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.armed = False
+        # The Retry-Node names the epoch row (the accord mode's in-transaction fence) only for
+        # a source that persists its epochs: the proxy must not hide that its coordinator does.
+        self.persists_epochs = bool(getattr(inner, "persists_epochs", False))
 
     def arm(self) -> None:
         self.armed = True

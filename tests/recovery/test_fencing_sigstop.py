@@ -30,7 +30,7 @@ from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
 from stacksaga_store.store.states import RunningStatus
 from tests.recovery._processes import children
 from tests.recovery._worker import fenced_saga, read_lines
-from tests.recovery.conftest import T0, recovery_overrides
+from tests.recovery.conftest import T0, accord_recovery, recovery_overrides
 from tests.stacksaga.conftest import run
 
 pytestmark = pytest.mark.cassandra
@@ -74,6 +74,7 @@ def process_state(pid: int) -> str:
     return text.rsplit(")", 1)[1].split()[0]
 
 
+@pytest.mark.parametrize("commit_mode", ["ordered", "accord"])
 @pytest.mark.parametrize("mode", ["STRICT", "RELAXED_WITH_DEDUP"])
 def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
     recovery_driver_text: str,
@@ -81,14 +82,24 @@ def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
     service_name: str,
     tmp_path: Path,
     mode: str,
+    commit_mode: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """In accord mode (real Cassandra + the session's 3 sidecars) A's dispatch also carries
+    the coordinator's epoch row, so each of its state changes is refused in-transaction once
+    the range moved; the effects counted are the same in both commit modes."""
     log = str(tmp_path / "steps.log")
+    accord = (
+        accord_recovery(request.getfixturevalue("accord_sidecars"))
+        if commit_mode == "accord"
+        else {}
+    )
 
     async def first_attempt_fails(ctx: StepContext) -> None:
         raise RetryableStepError("HTTP 503")
 
     async def body() -> None:
-        overrides = recovery_overrides(service_name, concurrency=2)
+        overrides = recovery_overrides(service_name, concurrency=2, **accord)
         overrides["instance"]["cluster"] = f"cluster-{uuid.uuid4().hex[:8]}"
         overrides["cassandra"]["write-protection"] = {
             "default-mode": mode,
