@@ -345,6 +345,8 @@ class AccordChange:
         self.on_commit: list[Callable[[], None]] = []
         # Called with the conflict when the change is refused (a cache to forget, say).
         self.on_refused: list[Callable[[StateChangeConflict], None]] = []
+        # Awaited then too: undoing what the change's own transaction cannot (a marker lease).
+        self.undo_on_refused: list[Callable[[], Awaitable[None]]] = []
 
     def add(self, part: Part) -> None:
         self.parts.append(part)
@@ -372,6 +374,8 @@ class AccordChange:
             conflict = StateChangeConflict(self.label, failed or ["?"], outcome)
             for refused in self.on_refused:
                 refused(conflict)
+            for undo in self.undo_on_refused:
+                await undo()
             raise conflict
         for callback in self.on_commit:
             callback()
@@ -996,7 +1000,14 @@ class AccordProtection(WriteProtection):
     async def _commit_strict(
         self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
     ) -> None:
-        """Into the step's state change: the result, and COMMITTED while the lease is ours."""
+        """Into the step's state change: the result, and COMMITTED while the lease is ours.
+        If the change is refused (a fence, say), none of it landed and this attempt will not
+        commit again, so its lease is dropped at once: the next holder need not wait out the
+        TTL. The drop is conditional on the lease still being ours, so it deletes nothing if
+        the marker did reach COMMITTED (a copy of the change that applied after all)."""
+        change = current_change()
+        if change is not None:
+            change.undo_on_refused.append(lambda: self._drop_lease(key, holder))
         for part in self._result_parts(writes):
             await self.runner.submit(part)
         await self.runner.submit(

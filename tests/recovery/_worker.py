@@ -117,9 +117,17 @@ class PauseAtStepBoundary:
     between two steps (``Orchestrator._drive``) SIGSTOPs this process, so the test controls
     the pause point exactly: after step a committed, before step b."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, frozen_clock: bool = False) -> None:
         self.inner = inner
         self.armed = False
+        # frozen_clock: after the pause, the lease seen before it and a monotonic clock that
+        # stood still meanwhile (a suspended VM's), so only the epoch row can tell it moved.
+        self.frozen_clock = frozen_clock
+        self.frozen: Any = None
+        self.stopped_for = 0.0
+        # The Retry-Node names the epoch row (the accord mode's in-transaction fence) only for
+        # a source that persists its epochs: the proxy must not hide that its coordinator does.
+        self.persists_epochs = bool(getattr(inner, "persists_epochs", False))
 
     def arm(self) -> None:
         self.armed = True
@@ -128,11 +136,16 @@ class PauseAtStepBoundary:
         # current() <- LeaseFence.token() <- Orchestrator._drive
         if self.armed and sys._getframe(2).f_code.co_name == "_drive":
             self.armed = False
+            before, lease = float(self.inner.monotonic()), self.inner.current()
             os.kill(os.getpid(), signal.SIGSTOP)
+            if self.frozen_clock:
+                self.frozen, self.stopped_for = lease, float(self.inner.monotonic()) - before
+        if self.frozen is not None:
+            return self.frozen
         return self.inner.current()
 
     def monotonic(self) -> float:
-        return float(self.inner.monotonic())
+        return float(self.inner.monotonic()) - self.stopped_for
 
     def note_in_flight(self, count: int) -> None:
         self.inner.note_in_flight(count)
@@ -193,7 +206,7 @@ async def main(job: dict[str, Any]) -> None:
                 service_name=settings.instance.service_name,
             )
             client.start()
-            pausing = PauseAtStepBoundary(client)
+            pausing = PauseAtStepBoundary(client, bool(job.get("frozen_clock")))
             saga = fenced_saga(job["log"], job["node_id"], pausing.arm)
             node = engine.retry_node(
                 engine.orchestrator(sagas=[saga]), pausing, node_id=job["node_id"]

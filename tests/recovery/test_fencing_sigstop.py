@@ -30,7 +30,7 @@ from stacksaga_store.saga.runtime import StoreRuntime, open_runtime
 from stacksaga_store.store.states import RunningStatus
 from tests.recovery._processes import children
 from tests.recovery._worker import fenced_saga, read_lines
-from tests.recovery.conftest import T0, recovery_overrides
+from tests.recovery.conftest import T0, accord_recovery, recovery_overrides
 from tests.stacksaga.conftest import run
 
 pytestmark = pytest.mark.cassandra
@@ -74,21 +74,47 @@ def process_state(pid: int) -> str:
     return text.rsplit(")", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("mode", ["STRICT", "RELAXED_WITH_DEDUP"])
+@pytest.mark.parametrize(
+    ("commit_mode", "mode", "lease_clock"),
+    [
+        ("ordered", "STRICT", "running"),
+        ("ordered", "RELAXED_WITH_DEDUP", "running"),
+        ("accord", "STRICT", "running"),
+        ("accord", "RELAXED_WITH_DEDUP", "running"),
+        ("accord", "RELAXED_WITH_DEDUP", "frozen"),
+    ],
+)
 def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
     recovery_driver_text: str,
     recovery_driver: DriverConfig,
     service_name: str,
     tmp_path: Path,
     mode: str,
+    commit_mode: str,
+    lease_clock: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """In accord mode (real Cassandra + the session's 3 sidecars) A's dispatch also carries
+    the coordinator's epoch row, so each of its state changes is refused in-transaction once
+    the range moved; the effects counted are the same in both commit modes.
+
+    ``frozen``: A's lease clock stood still while it was stopped (a suspended VM), so A
+    believes its lease holds and runs b beside B (RELAXED_WITH_DEDUP runs a duplicate by
+    design). Only the in-transaction epoch condition then refuses A's b: without it A's b
+    commits first, B's is refused by the marker, and A runs c on a range it lost."""
     log = str(tmp_path / "steps.log")
+    frozen = lease_clock == "frozen"
+    accord = (
+        accord_recovery(request.getfixturevalue("accord_sidecars"))
+        if commit_mode == "accord"
+        else {}
+    )
 
     async def first_attempt_fails(ctx: StepContext) -> None:
         raise RetryableStepError("HTTP 503")
 
     async def body() -> None:
-        overrides = recovery_overrides(service_name, concurrency=2)
+        overrides = recovery_overrides(service_name, concurrency=2, **accord)
         overrides["instance"]["cluster"] = f"cluster-{uuid.uuid4().hex[:8]}"
         overrides["cassandra"]["write-protection"] = {
             "default-mode": mode,
@@ -117,6 +143,7 @@ def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
                     "log": log,
                     "coordinator": f"127.0.0.1:{server.port}",
                     "node_id": "node-a",
+                    "frozen_clock": frozen,
                 }
                 with children(tmp_path) as group:
                     node_a = group.worker("node-a", job)
@@ -129,7 +156,7 @@ def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
                     )
                     client.start()
                     # B's step b takes 1 s (well inside B's lease): A wakes while B is in it.
-                    saga_b = fenced_saga(log, "node-b", b_seconds=1.0)
+                    saga_b = fenced_saga(log, "node-b", b_seconds=3.0 if frozen else 1.0)
                     orchestrator_b = engine.orchestrator(sagas=[saga_b])
                     node_b = engine.retry_node(orchestrator_b, client, node_id="node-b")
                     stop = asyncio.Event()
@@ -148,6 +175,15 @@ def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
                             60,
                             "A fenced (or running b)",
                         )
+                        if frozen:
+                            await wait_until(
+                                lambda: (
+                                    "step=b" in node_a.output()
+                                    or f"c {txn} node-a" in read_lines(log)
+                                ),
+                                60,
+                                "A's b refused (or A running c)",
+                            )
                         await wait_until(
                             lambda: any(line.startswith(f"c {txn}") for line in read_lines(log)),
                             60,
@@ -165,6 +201,11 @@ def test_a_sigstopped_retry_node_does_not_run_a_step_again_after_waking(
         effects = Counter(
             tuple(line.split()[::2]) for line in read_lines(log) if txn in line
         )  # (step, node)
-        assert effects == Counter({("a", "node-a"): 1, ("b", "node-b"): 1, ("c", "node-b"): 1})
+        expected = Counter({("a", "node-a"): 1, ("b", "node-b"): 1, ("c", "node-b"): 1})
+        if frozen:
+            # The duplicates: until its own clock ends the lease, A re-dispatches the saga
+            # after each refusal and runs b again (RELAXED_WITH_DEDUP); none is recorded.
+            assert effects.pop(("b", "node-a"), 0) >= 1, effects
+        assert effects == expected
 
     run(body())
