@@ -204,6 +204,12 @@ def _err(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["cqlsh"]:
+        # Everything after the word is cqlsh's own arguments, -h and -f included.
+        from accord_cassandra.cqlsh import main as cqlsh_main
+
+        return cqlsh_main(args_in[1:])
     parser = argparse.ArgumentParser(prog="accord-cassandra", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     sidecar = commands.add_parser("sidecar", help="run one sidecar")
@@ -226,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--host", default="127.0.0.1", help="address the sidecars listen on")
     up.add_argument("--log-level", default="info", help="the sidecars' log level")
     up.set_defaults(run=_cluster_up)
+    commands.add_parser(
+        "cqlsh", help="cqlsh that can send BEGIN TRANSACTION … COMMIT TRANSACTION", add_help=False
+    )
     demo = commands.add_parser("demo", help="bank transfers on a local 3-sidecar cluster")
     demo.add_argument("--seconds", type=float, default=10.0)
     demo.add_argument("--concurrency", type=int, default=16)

@@ -4,7 +4,9 @@ driver, checked in Cassandra; a plain query from cqlsh."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from accord_cassandra.datastore import tables_from_cluster
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.schema import Catalog
 from tests.clients.java_driver import run_probe
-from tests.clients.test_cqlsh import cqlsh
+from tests.clients.test_cqlsh import TRANSFER, cqlsh
 from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -125,3 +127,48 @@ def test_cqlsh_plain_query_through_the_endpoint(
     )
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert "seen" in result.stdout and "(1 rows)" in result.stdout, result.stdout
+
+
+def test_accord_cassandra_cqlsh_runs_the_transfer_script(
+    sidecars: tuple[CqlSidecars, CassandraSidecars], tmp_path: Path
+) -> None:
+    # The issue's bank transfer, as a script file, through the wrapper (plain cqlsh 6.2.2
+    # reports it incomplete: test_cqlsh.py).
+    cluster, bank = sidecars
+    ks, schema = bank.keyspace, _schema(bank)
+    src, dst = f"s-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+    for account, balance in ((src, 100), (dst, 5)):
+        _through_accord(
+            cluster.addresses()[0],
+            f"BEGIN TRANSACTION INSERT INTO {ks}.accounts (id, balance, tag) VALUES (?, ?, 0); "
+            "COMMIT TRANSACTION",
+            [account, balance],
+            schema,
+        )
+    script = tmp_path / "transfer.cql"
+    script.write_text(
+        TRANSFER.replace("bank.", f"{ks}.")
+        .replace("'alice'", f"'{src}'")
+        .replace("'bob'", f"'{dst}'")
+    )
+    host, _, port = cluster.sidecars[1].cql_address.rpartition(":")
+    wrapper = shutil.which("accord-cassandra", path=str(Path(sys.executable).parent))
+    assert wrapper, "accord-cassandra is not installed in this venv"
+    result = subprocess.run(
+        [wrapper, "cqlsh", host, port, "-f", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Incomplete statement" not in result.stderr, result.stderr
+    lines = [line.split("|") for line in result.stdout.splitlines() if "|" in line]
+    assert [c.strip() for c in lines[0]] == ["[applied]", "src.balance", "dst.balance"]
+    assert [c.strip() for c in lines[1]] == ["True", "100", "5"], result.stdout
+    totals = (
+        f"BEGIN TRANSACTION LET a = (SELECT balance FROM {ks}.accounts WHERE id = ?); "
+        f"LET b = (SELECT balance FROM {ks}.accounts WHERE id = ?); "
+        "SELECT a.balance, b.balance; COMMIT TRANSACTION"
+    )
+    assert _through_accord(cluster.addresses()[2], totals, [src, dst], schema) == [(90, 15)]
