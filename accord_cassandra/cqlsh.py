@@ -19,13 +19,15 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from accord_cassandra.errors import AccordCassandraError
+
 KNOWN_VERSIONS = ("6.2.",)
 
 _PROBE_TRANSACTION = "BEGIN TRANSACTION\n  SELECT 1;\nCOMMIT TRANSACTION;\n"
 _PROBE_BATCH = "BEGIN BATCH\n  INSERT INTO t (a) VALUES (1);\nAPPLY BATCH;\n"
 
 
-class CqlshUnavailable(Exception):
+class CqlshUnavailable(AccordCassandraError):
     """cqlsh is missing, or its splitter is not the one this wrapper knows how to patch."""
 
 

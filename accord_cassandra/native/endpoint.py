@@ -37,6 +37,7 @@ from accord_cassandra.client import Result
 from accord_cassandra.cql import CqlError, CqlSyntaxError, Prepared, prepare
 from accord_cassandra.cql import ast as cql_ast
 from accord_cassandra.cql.build import SELECT_LET
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.native import frame as f
 from accord_cassandra.native.frame import BadFrame, Frame, Malformed, QueryParameters, Writer
 from accord_cassandra.native.peers import is_peer_event, is_peer_query, without_rows
@@ -65,7 +66,7 @@ READ_BYTES = 64 * 1024
 UPSTREAM_CONNECT_SECONDS = 10.0
 
 
-class Failure(Exception):
+class Failure(AccordCassandraError):
     """A transaction that got no result: ``kind`` is ``invalid`` (refused, nothing ran),
     ``overloaded`` (refused, nothing ran), ``invalidated`` (it did not and will not apply)
     or ``unknown`` (it may still commit)."""

@@ -54,7 +54,7 @@ from stacksaga_store.console.backend import (
     SearchQuery,
     Unavailable,
 )
-from stacksaga_store.errors import TransactionNotFoundError
+from stacksaga_store.errors import StackSagaError, TransactionNotFoundError
 from stacksaga_store.store.states import RunningStatus
 
 __all__ = ["BadInput", "ConsoleConfig", "build_app"]
@@ -69,7 +69,7 @@ FORM_BYTES_MAX = 16 * 1024
 _SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class BadInput(Exception):
+class BadInput(StackSagaError):
     """A request parameter that does not parse; ``field`` names it."""
 
     def __init__(self, field: str, message: str) -> None:
