@@ -6,12 +6,9 @@ Each client connection gets a connection of its own to the co-located Cassandra 
 EXECUTE, runs through Accord here (accord_cassandra.cql) and is answered with a ROWS result:
 ``[applied]`` and the columns of the transaction's SELECT. Every other frame goes to
 Cassandra as it came and its answer comes back as Cassandra sent it, stream id and all, with
-these rewrites: SUPPORTED offers no compression and protocol v4 only, since this endpoint
-speaks neither other; a SELECT from ``system.peers`` / ``system.peers_v2`` (QUERY, or EXECUTE
-of one prepared here) is answered with Cassandra's column metadata but no rows, and the
-TOPOLOGY_CHANGE / STATUS_CHANGE events are dropped, so a driver knows only the endpoints it
-was given (accord_cassandra.native.peers). STARTUP, AUTHENTICATE and AUTH_RESPONSE pass
-through, and transactions run only on a connection Cassandra has answered READY or AUTH_SUCCESS.
+two rewrites: SUPPORTED offers no compression and protocol v4 only, since this endpoint
+speaks neither other. STARTUP, AUTHENTICATE and AUTH_RESPONSE pass through, and transactions
+run only on a connection Cassandra has answered READY or AUTH_SUCCESS.
 
 Refused here (docs/sidecars.md, "The CQL endpoint"): a plain INSERT / UPDATE / DELETE /
 BATCH / TRUNCATE naming an Accord-managed table (its writes would race the transactions'),
@@ -40,7 +37,6 @@ from accord_cassandra.cql.build import SELECT_LET
 from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.native import frame as f
 from accord_cassandra.native.frame import BadFrame, Frame, Malformed, QueryParameters, Writer
-from accord_cassandra.native.peers import is_peer_event, is_peer_query, without_rows
 from accord_cassandra.native.statements import is_transaction, written_tables
 from accord_cassandra.native.values import decode, encode, encode_type, is_not_set
 from accord_cassandra.ports import split_address
@@ -55,7 +51,6 @@ logger = logging.getLogger(__name__)
 ID_PREFIX = b"ACRD"
 ID_BYTES = len(ID_PREFIX) + 16
 MAX_PREPARED = 1024
-MAX_PEER_STATEMENTS = 256
 # A transaction text longer than this is refused before it is parsed.
 MAX_TRANSACTION_TEXT = 64 * 1024
 # Transactions one connection may have running at once; more are refused OVERLOADED.
@@ -261,9 +256,6 @@ class CqlEndpoint:
         self.server: asyncio.Server | None = None
         self.bound: str | None = None
         self.connections: set[asyncio.Task[None]] = set()
-        # Cassandra's ids of prepared peer queries, shared as its prepared ids are; the
-        # oldest go first past MAX_PEER_STATEMENTS (a driver prepares a handful at most).
-        self.peer_statements: OrderedDict[bytes, None] = OrderedDict()
 
     async def bind(self) -> str:
         """Bind ``listen``; the address bound (its port chosen by the kernel for port 0)."""
@@ -296,12 +288,6 @@ class CqlEndpoint:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2.0)
-
-    def remember_peer_statement(self, statement_id_: bytes) -> None:
-        self.peer_statements[statement_id_] = None
-        self.peer_statements.move_to_end(statement_id_)
-        while len(self.peer_statements) > MAX_PEER_STATEMENTS:
-            self.peer_statements.popitem(last=False)
 
     def accord_table(self, name: str) -> bool:
         keyspace, _, table = name.partition(".")
@@ -344,10 +330,6 @@ class Connection:
         self.authenticated = False  # Cassandra answered READY or AUTH_SUCCESS
         self.keyspace: str | None = None  # the current keyspace (USE), as Cassandra says
         self.running: set[asyncio.Task[None]] = set()
-        # Streams awaiting Cassandra's answer to a peer query (QUERY or EXECUTE of one),
-        # and to a PREPARE of one (its id is remembered in the endpoint's peer_statements).
-        self.peer_queries: set[int] = set()
-        self.peer_prepares: set[int] = set()
 
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
@@ -510,7 +492,6 @@ class Connection:
         text, params = f.read_query(frame.body)
         if not is_transaction(text):
             if not self._refused_write(frame.stream, [text]):
-                self._mark_peer_query(self.peer_queries, frame.stream, text)
                 self._forward(frame)
             return
         if not self._ready_for_transactions(frame.stream):
@@ -523,7 +504,6 @@ class Connection:
         text = f.read_prepare(frame.body)
         if not is_transaction(text):
             if not self._refused_write(frame.stream, [text]):
-                self._mark_peer_query(self.peer_prepares, frame.stream, text)
                 self._forward(frame)
             return
         if not self._ready_for_transactions(frame.stream):
@@ -540,11 +520,7 @@ class Connection:
     def _execute(self, frame: Frame) -> None:
         statement_id_, params = f.read_execute(frame.body)
         if len(statement_id_) != ID_BYTES or not statement_id_.startswith(ID_PREFIX):
-            # Cassandra's own prepared statement
-            self.peer_queries.discard(frame.stream)
-            if statement_id_ in self.endpoint.peer_statements:
-                self.peer_queries.add(frame.stream)
-            self._forward(frame)
+            self._forward(frame)  # Cassandra's own prepared statement
             return
         if not self._ready_for_transactions(frame.stream):
             return
@@ -560,13 +536,6 @@ class Connection:
             )
             return
         self._start(frame.stream, statement, params)
-
-    def _mark_peer_query(self, streams: set[int], stream: int, text: str) -> None:
-        # A stream id is free again once answered: drop a stale mark before setting one.
-        self.peer_queries.discard(stream)
-        self.peer_prepares.discard(stream)
-        if is_peer_query(text):
-            streams.add(stream)
 
     def _batch(self, frame: Frame) -> None:
         texts = f.read_batch_texts(frame.body)
@@ -668,32 +637,16 @@ class Connection:
                         logger.warning("CQL endpoint: Cassandra sent a bad frame: %s", item.message)
                         self.writer.close()
                         return
-                    relayed = self._from_cassandra(item)
-                    if relayed is not None:
-                        self.send(relayed)
+                    self.send(self._from_cassandra(item))
                 await self.writer.drain()
         except (ConnectionError, OSError):
             pass
         # Cassandra closed its side: so does this endpoint (the driver reconnects).
         self.writer.close()
 
-    def _from_cassandra(self, frame: Frame) -> bytes | None:
-        if frame.opcode == f.EVENT:
-            # TOPOLOGY_CHANGE / STATUS_CHANGE name Cassandra's nodes: the driver would
-            # connect to them (docs/sidecars.md). SCHEMA_CHANGE passes.
-            return None if is_peer_event(frame.body) else frame.encode()
-        peer_query = frame.stream in self.peer_queries
-        peer_prepare = frame.stream in self.peer_prepares
-        self.peer_queries.discard(frame.stream)
-        self.peer_prepares.discard(frame.stream)
+    def _from_cassandra(self, frame: Frame) -> bytes:
         if frame.opcode in (f.READY, f.AUTH_SUCCESS):
             self.authenticated = True
-        elif peer_query and frame.opcode == f.RESULT:
-            return self._no_peers(frame)
-        elif peer_prepare and frame.opcode == f.RESULT:
-            statement_id_ = _prepared_id(frame)
-            if statement_id_ is not None:
-                self.endpoint.remember_peer_statement(statement_id_)
         elif frame.opcode == f.SUPPORTED and not frame.flags & f.COMPRESSED:
             with contextlib.suppress(Malformed):
                 return Frame(
@@ -708,40 +661,6 @@ class Connection:
             if keyspace is not None:
                 self.keyspace = keyspace
         return frame.encode()
-
-    def _no_peers(self, frame: Frame) -> bytes:
-        """A peer query's ROWS answer with its rows dropped; an ERROR if unreadable (the
-        rows name Cassandra's nodes, so they are never passed on)."""
-        try:
-            body = None if frame.flags & f.COMPRESSED else without_rows(frame.flags, frame.body)
-        except Malformed as error:
-            logger.warning("CQL endpoint: Cassandra's peer list cannot be read: %s", error)
-            body = None
-        if body is None:
-            return f.error_frame(
-                frame.stream,
-                f.SERVER_ERROR,
-                "the CQL endpoint could not read Cassandra's answer to a peer query, and "
-                "does not pass Cassandra's node addresses on",
-            )
-        return Frame(frame.version, frame.flags, frame.stream, frame.opcode, body).encode()
-
-
-def _prepared_id(frame: Frame) -> bytes | None:
-    """The statement id of a PREPARED result; None for any other result."""
-    try:
-        reader = f.Reader(frame.body)
-        if frame.flags & f.TRACING:
-            reader.take(16)
-        if frame.flags & f.WARNING:
-            reader.string_list()
-        if frame.flags & f.CUSTOM_PAYLOAD:
-            reader.bytes_map()
-        if reader.int32() != f.PREPARED:
-            return None
-        return reader.short_bytes()
-    except Malformed:
-        return None
 
 
 def _set_keyspace(frame: Frame) -> str | None:
