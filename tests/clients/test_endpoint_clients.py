@@ -10,7 +10,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,14 @@ from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
 from accord_cassandra.client import Client, TransactionError
-from accord_cassandra.cluster import LocalSidecars
 from accord_cassandra.datastore import tables_from_cluster
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.schema import Catalog
 from tests.clients.java_driver import run_probe
 from tests.clients.test_cqlsh import TRANSFER, cqlsh
-from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra
+from tests.sidecar.conftest import CassandraSidecars, CqlSidecars, bank_sidecars_on_cassandra
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-
-
-@dataclass
-class CqlSidecars(LocalSidecars):
-    def __post_init__(self) -> None:
-        self.extra = {**self.extra, "cql_listen": f"{self.host}:0"}
 
 
 @pytest.fixture(scope="module")

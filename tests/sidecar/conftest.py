@@ -127,6 +127,14 @@ def bank_schema(keyspace: str) -> list[str]:
     ]
 
 
+@dataclass
+class CqlSidecars(LocalSidecars):
+    """Sidecars that also serve the CQL native-protocol endpoint, on a port of their own."""
+
+    def __post_init__(self) -> None:
+        self.extra = {**self.extra, "cql_listen": f"{self.host}:0"}
+
+
 @contextlib.contextmanager
 def bank_sidecars_on_cassandra(
     cassandra_cluster: CassandraHandle,

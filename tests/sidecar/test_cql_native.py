@@ -9,7 +9,6 @@ import socket
 import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import pytest
 from cassandra import InvalidRequest, ProtocolVersion
@@ -22,18 +21,11 @@ from cassandra.cluster import (
 )
 from cassandra.policies import WhiteListRoundRobinPolicy
 
-from accord_cassandra.cluster import LocalSidecars
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.native import frame as f
-from tests.sidecar.conftest import CassandraSidecars, bank_sidecars_on_cassandra
+from tests.sidecar.conftest import CassandraSidecars, CqlSidecars, bank_sidecars_on_cassandra
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-
-
-@dataclass
-class CqlSidecars(LocalSidecars):
-    def __post_init__(self) -> None:
-        self.extra = {**self.extra, "cql_listen": f"{self.host}:0"}
 
 
 @pytest.fixture(scope="module")
