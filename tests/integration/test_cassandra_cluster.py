@@ -24,7 +24,9 @@ def session(cassandra_cluster: CassandraHandle) -> Iterator[Session]:
         f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
         "{'class': 'SimpleStrategy', 'replication_factor': 3}"
     )
-    session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.kv (k text PRIMARY KEY, v int)")
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.kv (k text PRIMARY KEY, v int)", timeout=120
+    )
     yield session
     cassandra_cluster.drop_keyspace(session, KEYSPACE)
 

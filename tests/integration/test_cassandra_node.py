@@ -22,7 +22,9 @@ def test_keyspace_and_table_can_be_written_and_read(cassandra_node: CassandraHan
         "{'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
     try:
-        session.execute("CREATE TABLE IF NOT EXISTS smoke.kv (k text PRIMARY KEY, v int)")
+        session.execute(
+            "CREATE TABLE IF NOT EXISTS smoke.kv (k text PRIMARY KEY, v int)", timeout=120
+        )
         insert = session.prepare("INSERT INTO smoke.kv (k, v) VALUES (?, ?)")
         for i in range(10):
             session.execute(insert, (f"key-{i}", i))

@@ -51,7 +51,7 @@ def session(cassandra_node: CassandraHandle) -> Iterator[Session]:
         "{'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
     for table, columns in TABLES.items():
-        session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{table} ({columns})")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{table} ({columns})", timeout=120)
     session.execute(
         f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.t_composite (a text, b int, PRIMARY KEY ((a, b)))"
     )

@@ -34,8 +34,12 @@ def session(cassandra_node: CassandraHandle) -> Iterator[Session]:
         f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication = "
         "{'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
-    session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.cells (k text PRIMARY KEY, v text)")
-    session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.ints (k text PRIMARY KEY, v int)")
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.cells (k text PRIMARY KEY, v text)", timeout=120
+    )
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.ints (k text PRIMARY KEY, v int)", timeout=120
+    )
     session.set_keyspace(KEYSPACE)
     yield session
     cassandra_node.drop_keyspace(session, KEYSPACE)

@@ -34,14 +34,14 @@ def test_instance_token_equals_cassandras_token(open_stack: StackFactory) -> Non
         async with open_stack() as stack:
             session = stack.runtime.cql.session
             table = f"{stack.runtime.driver_config.keyspace}.token_probe_{uuid.uuid4().hex[:6]}"
-            session.execute(f"CREATE TABLE {table} (k text PRIMARY KEY)")
+            session.execute(f"CREATE TABLE {table} (k text PRIMARY KEY)", timeout=120)
             try:
                 for value in ids:
                     session.execute(f"INSERT INTO {table} (k) VALUES (%s)", [value])
                 rows = session.execute(f"SELECT k, token(k) AS t FROM {table}")
                 found = {row["k"]: row["t"] for row in rows}
             finally:
-                session.execute(f"DROP TABLE {table}")
+                session.execute(f"DROP TABLE {table}", timeout=120)
             assert found == {value: instance_token(value) for value in ids}
 
     run(body())

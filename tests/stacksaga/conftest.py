@@ -79,7 +79,7 @@ def saga_keyspace(cassandra_node: CassandraHandle) -> Iterator[str]:
     try:
         apply_schema(session, keyspace, settings.cassandra.schema_)
         yield keyspace
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
     finally:
         cluster.shutdown()
 
@@ -93,7 +93,7 @@ def fresh_keyspace(cassandra_node: CassandraHandle) -> Iterator[str]:
     config = parse_driver_config(driver_text(cassandra_node, keyspace))
     cluster, session = connect_sync(settings, config)
     try:
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
     finally:
         cluster.shutdown()
 

@@ -450,7 +450,7 @@ def test_cli_demo_runs_against_the_test_node(
         assert main(["demo", "--contact-point", contact]) == 0
     finally:
         session = cassandra_node.connect()
-        session.execute(f"DROP KEYSPACE IF EXISTS {DEMO_KEYSPACE}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {DEMO_KEYSPACE}", timeout=120)
     out = capsys.readouterr().out
     assert "demo finished as expected" in out
     for status in ("PROCESS_COMPLETED", "REVERT_COMPLETED", "FROZEN", "ADMIN_RESTORE"):

@@ -112,8 +112,10 @@ def test_check_names_a_dropped_column_and_a_missing_table(
     cluster, session = connect_sync(settings, config)
     try:
         apply_schema(session, fresh_keyspace, settings.cassandra.schema_)
-        session.execute(f"ALTER TABLE {fresh_keyspace}.es_transaction DROP restore_bucket")
-        session.execute(f"DROP TABLE {fresh_keyspace}.es_days_by_year")
+        session.execute(
+            f"ALTER TABLE {fresh_keyspace}.es_transaction DROP restore_bucket", timeout=120
+        )
+        session.execute(f"DROP TABLE {fresh_keyspace}.es_days_by_year", timeout=120)
         problems = check_schema(session, fresh_keyspace, settings.cassandra.schema_)
     finally:
         cluster.shutdown()
@@ -133,9 +135,13 @@ def test_check_reports_a_mistyped_column(
     cluster, session = connect_sync(settings, config)
     try:
         apply_schema(session, fresh_keyspace, settings.cassandra.schema_)
-        session.execute(f"ALTER TABLE {fresh_keyspace}.es_frozen_transaction DROP reason")
+        session.execute(
+            f"ALTER TABLE {fresh_keyspace}.es_frozen_transaction DROP reason", timeout=120
+        )
         # Cassandra refuses to re-add a dropped column with another type, so mistype a new one.
-        session.execute(f"ALTER TABLE {fresh_keyspace}.es_frozen_transaction ADD reason2 int")
+        session.execute(
+            f"ALTER TABLE {fresh_keyspace}.es_frozen_transaction ADD reason2 int", timeout=120
+        )
         problems = check_schema(session, fresh_keyspace, settings.cassandra.schema_)
     finally:
         cluster.shutdown()
