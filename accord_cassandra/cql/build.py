@@ -362,6 +362,11 @@ class _Binder:
         )
 
     def let_info(self, name: str, pos: ast.Pos) -> _LetInfo:
+        if name.startswith(HIDDEN_PREFIX):  # the parser's own reads are not the text's to name
+            raise CqlError(
+                f"{pos}: LET names starting with '_' are reserved for the reads the parser "
+                f"adds; the text cannot name {name!r}"
+            )
         info = self.lets.get(name)
         if info is None:
             known = ", ".join(sorted(n for n in self.lets if not n.startswith(HIDDEN_PREFIX)))

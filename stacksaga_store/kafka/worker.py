@@ -175,6 +175,15 @@ async def _wait_for_topics(admin: Any, topics: Sequence[str]) -> None:
     raise StackSagaError(f"Kafka topics {list(topics)} not visible after creation")
 
 
+async def _stop_quietly(client: Any) -> None:
+    """Stop a client whose start failed; the start's error is the one the caller needs, so a
+    second one from stopping is only logged."""
+    try:
+        await client.stop()
+    except Exception:
+        logger.warning("stopping a Kafka client after its failed start failed too", exc_info=True)
+
+
 class StepPublisher:
     """Publishes step commands: the first step of a new saga, or any step event."""
 
@@ -185,8 +194,13 @@ class StepPublisher:
 
     async def start(self) -> None:
         await ensure_topics(self.kafka, [*topics_for(self.kafka, self.orchestrator.sagas)])
-        self._producer = AIOKafkaProducer(**client_options(self.kafka), acks="all")
-        await start_client(self._producer, self.kafka)
+        producer = AIOKafkaProducer(**client_options(self.kafka), acks="all")
+        try:
+            await start_client(producer, self.kafka)
+        except BaseException:
+            await _stop_quietly(producer)
+            raise
+        self._producer = producer
 
     async def stop(self) -> None:
         if self._producer is not None:
@@ -264,6 +278,21 @@ class StepWorker:
         await ensure_topics(
             self.kafka, [*self.topics, self.kafka.outcomes_topic, self.kafka.dead_letter_topic]
         )
+        try:
+            await self._start_clients()
+        except BaseException:
+            # A half-started worker keeps nothing open: the caller sees only the error.
+            for client in (self._consumer, self._producer):
+                if client is not None:
+                    await _stop_quietly(client)
+            self._consumer = self._producer = None
+            raise
+        self._loop_task = asyncio.create_task(self._fetch_loop(), name=f"kafka-worker-{self.name}")
+        logger.info(
+            "kafka worker %s consuming %s as group %s", self.name, self.topics, self.kafka.group_id
+        )
+
+    async def _start_clients(self) -> None:
         options = client_options(self.kafka)
         self._producer = AIOKafkaProducer(**options, acks="all", client_id=f"{self.name}-p")
         await start_client(self._producer, self.kafka)
@@ -279,10 +308,6 @@ class StepWorker:
         )
         self._consumer.subscribe(self.topics, listener=_Rebalance(self))
         await start_client(self._consumer, self.kafka)
-        self._loop_task = asyncio.create_task(self._fetch_loop(), name=f"kafka-worker-{self.name}")
-        logger.info(
-            "kafka worker %s consuming %s as group %s", self.name, self.topics, self.kafka.group_id
-        )
 
     async def stop(self) -> None:
         """Leave the group: in-flight steps finish (within the grace) and are committed."""

@@ -1,6 +1,6 @@
 """The Java driver for the client tests: java-driver-core 4.x and its runtime jars resolved
-once with Maven into the launcher's cache (its marker, completeness check and fetch lock),
-and tests/clients/java/AccordCqlProbe.java compiled against them into that cache."""
+once into the launcher's cache by :func:`accord_cassandra.launcher.maven.resolve`, and
+tests/clients/java/AccordCqlProbe.java compiled against them into that cache."""
 
 from __future__ import annotations
 
@@ -8,43 +8,16 @@ import hashlib
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-from accord_cassandra.launcher.jdk import check_java
-from accord_cassandra.launcher.maven import (
-    MARKER_FILE,
-    MAVEN_DEPENDENCY_PLUGIN,
-    cache_root,
-    file_lock,
-    is_fetched,
-)
-from accord_cassandra.launcher.process import tail_text
+from accord_cassandra.launcher.maven import cache_root, file_lock, resolve
 from accord_cassandra.launcher.spec import LauncherError
 
 # 4.18 on, the driver (same com.datastax.oss.driver packages) is published under the
 # org.apache.cassandra group; the com.datastax.oss line ended at 4.17.
-GROUP = "org.apache.cassandra"
-ARTIFACT = "java-driver-core"
-VERSION = "4.19.2"
+COORDINATE = "org.apache.cassandra:java-driver-core:4.19.2"
+VERSION = COORDINATE.rsplit(":", 1)[1]
 SOURCE = Path(__file__).parent / "java" / "AccordCqlProbe.java"
-
-POM_TEMPLATE = """\
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.accord-cassandra</groupId>
-  <artifactId>java-driver-deps</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>{group}</groupId>
-      <artifactId>{artifact}</artifactId>
-      <version>{version}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 
 def home() -> Path:
@@ -53,52 +26,7 @@ def home() -> Path:
 
 def fetch() -> Path:
     """The lib folder of the driver's jars, resolved on the first call."""
-    where = home()
-    with file_lock(where / ".lock"):
-        if not is_fetched(where, VERSION):
-            _resolve(where)
-    return where / "lib"
-
-
-def _resolve(where: Path) -> None:
-    check_java()
-    mvn = shutil.which("mvn")
-    if not mvn:
-        raise LauncherError("`mvn` not found: install Maven 3 (Debian package `maven`)")
-    pom = where / "pom.xml"
-    pom.write_text(POM_TEMPLATE.format(group=GROUP, artifact=ARTIFACT, version=VERSION))
-    partial = where / "lib.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    started = time.monotonic()
-    result = subprocess.run(
-        [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(pom),
-            f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
-            f"-DoutputDirectory={partial}",
-            "-DincludeScope=runtime",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise LauncherError(
-            f"Maven could not resolve {GROUP}:{ARTIFACT}:{VERSION} (exit {result.returncode}). "
-            f"Last lines:\n{tail_text(result.stdout + result.stderr, 30)}"
-        )
-    jars = sorted(p.name for p in partial.glob("*.jar"))
-    if f"{ARTIFACT}-{VERSION}.jar" not in jars:
-        raise LauncherError(f"Maven finished but {ARTIFACT}-{VERSION}.jar is not in {partial}")
-    lib = where / "lib"
-    shutil.rmtree(lib, ignore_errors=True)
-    partial.rename(lib)
-    marker = {"version": VERSION, "jars": jars, "seconds": round(time.monotonic() - started, 1)}
-    # Written last: its presence means the copy is complete.
-    (where / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n")
+    return resolve([COORDINATE], home())
 
 
 def probe_classpath() -> str:

@@ -3,20 +3,31 @@ refusals."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import re
 import socket
+import threading
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
+from stacksaga_store.config.kafka import KafkaProperties
 from stacksaga_store.config.settings import load_settings
 from stacksaga_store.errors import ConfigError
+from stacksaga_store.kafka import worker
 from stacksaga_store.kafka.broker import BrokerSpec, LocalKafka, new_cluster_id
 from stacksaga_store.kafka.errors import KafkaLauncherError, PortBusyError
 from stacksaga_store.kafka.jars import check_version
 from stacksaga_store.kafka.messages import UndecodableEvent, decode_step, encode_step
-from stacksaga_store.saga.orchestrator import StepEvent
+from stacksaga_store.kafka.worker import StepPublisher, StepWorker
+from stacksaga_store.saga.orchestrator import Orchestrator, StepEvent
 from stacksaga_store.store.states import ExecutionType
 
 
@@ -106,3 +117,66 @@ def test_cluster_ids_never_look_like_an_option() -> None:
     # One in 64 URL-safe base64 ids starts with '-'; the storage tool then fails to format.
     ids = [new_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+@pytest.fixture
+def no_broker() -> Iterator[str]:
+    """host:port on loopback that refuses connections: a bound socket that never listens (and,
+    held, keeps the port from anyone else)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.72.250", 0))
+        host, port = sock.getsockname()
+        yield f"{host}:{port}"
+
+
+def _publisher(kafka: KafkaProperties) -> StepPublisher:
+    return StepPublisher(cast("Orchestrator", SimpleNamespace(sagas=[])), kafka)
+
+
+def _worker(kafka: KafkaProperties) -> StepWorker:
+    stand_in = SimpleNamespace(sagas=[], settings=load_settings())
+    return StepWorker(cast("Orchestrator", stand_in), kafka, name="unit")
+
+
+@pytest.mark.parametrize("make", [_publisher, _worker], ids=["publisher", "worker"])
+def test_a_failed_start_stops_the_producer_it_made(
+    make: Callable[[KafkaProperties], StepPublisher | StepWorker],
+    no_broker: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The topics are taken as there, so start() gets as far as its producer, whose bootstrap
+    is refused: start() raises and leaves no producer open, no task and no thread."""
+    made: list[AIOKafkaProducer] = []
+
+    class Recorded(AIOKafkaProducer):  # type: ignore[misc]
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            made.append(self)
+
+    async def topics_are_there(kafka: KafkaProperties, topics: Sequence[str]) -> None:
+        return None
+
+    monkeypatch.setattr(worker, "AIOKafkaProducer", Recorded)
+    monkeypatch.setattr(worker, "ensure_topics", topics_are_there)
+    kafka = load_settings(kafka={"bootstrap-servers": no_broker}).kafka
+    threads = set(threading.enumerate())
+    reported: list[str] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+        client = make(kafka)
+        with pytest.raises(KafkaConnectionError):
+            await client.start()
+        assert len(made) == 1
+        assert made[0]._closed, "the producer of a failed start was left open"
+        assert client._producer is None
+        await client.stop()  # stopping after a failed start is harmless
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+        del client
+        made.clear()
+        gc.collect()  # an unclosed aiokafka producer reports itself when collected
+
+    asyncio.run(scenario())
+    assert "Unclosed AIOKafkaProducer" not in reported
+    assert set(threading.enumerate()) <= threads

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accord_cassandra.client import Result, Transaction
+from accord_cassandra.client import Result, RowHandle, Transaction
 from accord_cassandra.cql import CqlError, CqlSyntaxError, as_catalog, bind, prepare, to_cql
+from accord_cassandra.cql.build import HIDDEN_PREFIX, SELECT_LET
 from accord_cassandra.v1 import client_pb2 as pb
 from tests.sidecar.conftest import EMBEDDED_TABLES
 
@@ -615,6 +616,13 @@ def _transactions(draw: st.DrawFn) -> Transaction:
             if limit == 1:
                 columns.append((h, "memo"))
         handles.append(h)
+    if draw(st.booleans()):  # a plain SELECT: its read follows the LETs, nothing names it
+        if draw(st.booleans()):
+            t.let(SELECT_LET, "bank", "accounts", draw(st.text(max_size=3)))
+        else:
+            t.let_slice(
+                SELECT_LET, "bank", "ledger", "a", (), limit=draw(st.sampled_from([None, 2]))
+            )
 
     def expression(depth: int = 0) -> object:
         choice = draw(st.integers(0, 3 if depth < 3 else 1))
@@ -643,9 +651,42 @@ def _transactions(draw: st.DrawFn) -> Transaction:
             t.where(draw(st.sampled_from(handles)).count() >= draw(_INTS))
         else:
             t.where(draw(st.sampled_from(handles)).is_null())
-    for _ in range(draw(st.integers(0, 4))):
-        form = draw(st.integers(0, 4))
-        if form == 0:
+    # ``c += v`` reads its row in a LET of the parser's (``_row1``, … in order of first use,
+    # one per row), made here as the parser makes it.
+    increments: dict[tuple[str, object, tuple[object, ...]], str] = {}
+
+    def increment() -> None:
+        table, key, clustering, columns = draw(
+            st.sampled_from(
+                [
+                    # Few keys, so that rows are updated twice and share their read.
+                    ("accounts", draw(st.sampled_from(["k", "j'"])), (), ["balance", "tag"]),
+                    ("ledger", "a", (draw(st.integers(0, 1)), "t"), ["amount", "balance"]),
+                    ("ledger", draw(st.sampled_from(["a", ""])), (), ["balance"]),  # static
+                ]
+            )
+        )
+        hidden = increments.get((table, key, clustering))
+        if hidden is None:
+            hidden = increments[(table, key, clustering)] = f"_row{len(increments) + 1}"
+            if table == "ledger" and not clustering:
+                t.let_slice(hidden, "bank", table, key, (), limit=1)
+            else:
+                t.let(hidden, "bank", table, key, clustering)
+        chosen = draw(st.lists(st.sampled_from(columns), min_size=1, unique=True))
+        values = {
+            c: pb_binary(draw(st.sampled_from(["+", "-"])), RowHandle(hidden)[c], expression())
+            for c in chosen
+        }
+        t.update(
+            "bank", table, key, clustering, ttl=draw(st.sampled_from([None, 5])), values=values
+        )
+
+    for _ in range(draw(st.integers(0, 5))):
+        form = draw(st.integers(0, 6))
+        if form >= 5:
+            increment()
+        elif form == 0:
             ttl = draw(st.sampled_from([None, 1, 3600]))
             t.update(
                 "bank",
@@ -688,3 +729,94 @@ def pb_binary(op: str, left: object, right: object) -> object:
 def test_generated_transactions_print_and_parse_back_equal(transaction: Transaction) -> None:
     text = to_cql(transaction, CATALOG)
     assert bind(text, None, CATALOG).transaction == transaction, text
+    for hidden in [e.name for e in transaction.request.lets if e.name.startswith(HIDDEN_PREFIX)]:
+        assert hidden not in text, text
+
+
+def test_the_parsers_own_reads_print_as_the_statements_that_make_them() -> None:
+    text = txn(
+        "LET a = (SELECT * FROM bank.accounts WHERE id = 'x');\n"
+        "SELECT * FROM bank.ledger WHERE account = 'x' AND at > 3 LIMIT 2;\n"
+        "UPDATE bank.accounts SET balance += a.balance, tag -= 1 WHERE id = 'k';\n"
+        "UPDATE bank.ledger SET balance = balance + 2 WHERE account = 'k';\n"
+        "UPDATE bank.accounts SET tag += 7 WHERE id = 'k';"
+    )
+    parsed = bind(text, None, CATALOG).transaction
+    assert [e.name for e in parsed.request.lets] == ["a", SELECT_LET, "_row1", "_row2"]
+    printed = to_cql(parsed, CATALOG)
+    assert "_row" not in printed and SELECT_LET not in printed, printed
+    assert "SELECT * FROM bank.ledger WHERE account = 'x' AND at > 3 LIMIT 2;" in printed
+    assert "SET balance += a.balance, tag -= 1 WHERE id = 'k'" in printed
+    assert bind(printed, None, CATALOG).transaction == parsed
+    assert to_cql(_increments(), CATALOG).count("+=") == 2
+
+
+def _hand_built(mutate: Callable[[Transaction], None]) -> Transaction:
+    t = Transaction()
+    t.let("a", "bank", "accounts", "x")
+    mutate(t)
+    return t
+
+
+def _read_by_name(t: Transaction) -> None:
+    row = t.let("_row1", "bank", "accounts", "k")
+    t.update("bank", "accounts", "k", balance=row["balance"] + 1)
+    t.where(row["tag"].is_null())
+
+
+def _numbered_out_of_order(t: Transaction) -> None:
+    row = t.let("_row2", "bank", "accounts", "k")
+    t.update("bank", "accounts", "k", balance=row["balance"] + 1)
+
+
+def _another_rows_read(t: Transaction) -> None:
+    row = t.let("_row1", "bank", "accounts", "j")
+    t.update("bank", "accounts", "k", balance=row["balance"] + 1)
+
+
+def _let_after_a_read(t: Transaction) -> None:
+    row = t.let("_row1", "bank", "accounts", "k")
+    t.update("bank", "accounts", "k", balance=row["balance"] + 1)
+    t.let("b", "bank", "accounts", "y")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda t: t.let("_mine", "bank", "accounts", "k"), r"'_mine' has no text form"),
+        (_read_by_name, r"'_row1' has no text form: .* it is read by name"),
+        (_numbered_out_of_order, r"'_row2' has no text form: .* would read this row as '_row1'"),
+        (_another_rows_read, r"'_row1' has no text form: .* not the read of a row that \+="),
+        (_let_after_a_read, r"LET 'b' has no text form here: it follows '_row1'"),
+    ],
+    ids=["unused", "read by name", "numbering", "another row", "order"],
+)
+def test_underscore_lets_the_parser_would_not_add_are_refused_naming_them(
+    mutate: Callable[[Transaction], None], message: str
+) -> None:
+    with pytest.raises(CqlError, match=message):
+        to_cql(_hand_built(mutate), CATALOG)
+
+
+def test_a_plain_select_and_returning_do_not_print_together() -> None:
+    t = Transaction()
+    t.let("a", "bank", "accounts", "x")
+    t.let(SELECT_LET, "bank", "accounts", "y")
+    with pytest.raises(CqlError, match="has one SELECT"):
+        to_cql(t, CATALOG, returning=[("a", "balance")])
+    with pytest.raises(CqlError, match="'_select' has no text form"):
+        to_cql(t, CATALOG, returning=[(SELECT_LET, "balance")])
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE bank.accounts SET balance += 1 WHERE id = 'k';\n"
+        "UPDATE bank.accounts SET tag = \"_row1\".tag WHERE id = 'j';",
+        "SELECT * FROM bank.accounts WHERE id = 'k';\nIF EXISTS \"_select\" THEN END IF",
+    ],
+    ids=["value", "exists"],
+)
+def test_text_cannot_name_the_parsers_own_reads(statement: str) -> None:
+    with pytest.raises(CqlError, match=r"reserved for the reads the parser adds; the text cannot"):
+        bind(txn(statement), None, CATALOG)

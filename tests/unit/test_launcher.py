@@ -409,6 +409,109 @@ def test_maven_success_is_recorded_once(fake_path: Path) -> None:
     assert maven.fetch("5.0.6") == lib
 
 
+# A fake mvn that keeps its arguments and pom beside the output folder, then makes the jar of
+# each <dependency> of the pom (its artifactId-version.jar), as copy-dependencies would.
+_RECORDING_MVN = r"""
+for a; do
+  case $a in -DoutputDirectory=*) d=${a#*=};; esac
+  [ "$prev" = -f ] && pom=$a; prev=$a
+done
+mkdir -p "$d" && printf '%s\n' "$@" > "$d.args" && cp "$pom" "$d.pom"
+sed -n 's:.*<artifactId>\(.*\)</artifactId>.*:\1:p' "$pom" | tail -n +2 > "$d.a"
+sed -n 's:.*<version>\(.*\)</version>.*:\1:p' "$pom" | tail -n +2 > "$d.v"
+paste -d- "$d.a" "$d.v" | while read -r jar; do touch "$d/$jar.jar"; done
+"""
+
+
+def test_resolve_writes_one_pom_for_every_coordinate_and_runs_maven_once(
+    fake_path: Path, tmp_path: Path
+) -> None:
+    _fake_tool(fake_path, "mvn", _RECORDING_MVN)
+    coordinates = ["org.example:core-lib:1.2.3", "org.example.log:binding:2.0"]
+    home = tmp_path / "deps"
+    lib = maven.resolve(coordinates, home)
+    assert lib == home / "lib"
+    assert sorted(p.name for p in lib.iterdir()) == ["binding-2.0.jar", "core-lib-1.2.3.jar"]
+    args = (home / "lib.partial.args").read_text().split("\n")
+    assert args[:4] == ["-B", "-q", "-f", str(home / "pom.xml")]
+    assert f"{maven.MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies" in args
+    assert f"-DoutputDirectory={home / 'lib.partial'}" in args
+    assert "-DincludeScope=runtime" in args
+    deps = ET.fromstring((home / "lib.partial.pom").read_text()).findall(
+        ".//{http://maven.apache.org/POM/4.0.0}dependency"
+    )
+    assert [[child.text for child in dep] for dep in deps] == [
+        ["org.example", "core-lib", "1.2.3"],
+        ["org.example.log", "binding", "2.0"],
+    ]
+    marker = maven.read_marker(home)
+    assert marker is not None
+    assert marker["version"] == "1.2.3"
+    assert marker["coordinates"] == coordinates
+    # Found again without Maven; other coordinates in the same folder are resolved anew.
+    _fake_tool(fake_path, "mvn", "exit 1")
+    assert maven.resolve(coordinates, home) == lib
+    with pytest.raises(LauncherError, match=r"could not resolve org\.example:core-lib:1\.2\.3 "):
+        maven.resolve(coordinates[:1], home)
+    assert maven.resolve(coordinates, home) == lib, "a failed run keeps the previous jars"
+
+
+def test_a_cache_from_before_coordinates_were_recorded_is_still_used(
+    fake_path: Path, tmp_path: Path
+) -> None:
+    _write_marker(tmp_path / "old", "4.1.1", ["kafka_2.13-4.1.1.jar", "log4j-core-2.24.3.jar"])
+    lib = maven.resolve(["org.apache.kafka:kafka_2.13:4.1.1"], tmp_path / "old")
+    assert lib == tmp_path / "old" / "lib"
+
+
+def test_resolve_names_a_requested_jar_maven_did_not_copy(fake_path: Path, tmp_path: Path) -> None:
+    script = "for a; do case $a in -DoutputDirectory=*) d=${a#*=};; esac; done\n"
+    script += 'mkdir -p "$d" && touch "$d/core-lib-1.2.3.jar"'
+    _fake_tool(fake_path, "mvn", script)
+    with pytest.raises(LauncherError, match=r"lacks binding-2\.0\.jar"):
+        maven.resolve(["org.example:core-lib:1.2.3", "org.example:binding:2.0"], tmp_path / "d")
+    assert maven.read_marker(tmp_path / "d") is None
+
+
+@pytest.mark.parametrize(
+    "coordinates",
+    [[], "org.example:core:1", ["org.example:core"], ["org.example:core:1:jar"], ["a b:c:1"]],
+)
+def test_bad_coordinates_are_named_before_maven_runs(
+    fake_path: Path, tmp_path: Path, coordinates: list[str]
+) -> None:
+    _fake_tool(fake_path, "mvn", "exit 1")
+    with pytest.raises(LauncherError, match="Maven coordinate"):
+        maven.resolve(coordinates, tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+
+
+def test_the_kafka_jars_are_resolved_the_same_way_and_fail_as_kafka_errors(
+    fake_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stacksaga_store.kafka import jars
+    from stacksaga_store.kafka.errors import KafkaLauncherError
+
+    monkeypatch.setenv(jars.ENV_CACHE, str(tmp_path / "kafka"))
+    _fake_tool(fake_path, "mvn", "echo '[ERROR] offline' >&2; exit 1")
+    with pytest.raises(
+        KafkaLauncherError, match=r"kafka_2\.13:4\.1\.1, [\s\S]*exit 1\)[\s\S]*offline"
+    ):
+        jars.fetch("4.1.1")
+    (fake_path / "java").unlink()  # the launcher's own Java check speaks as the Kafka launcher
+    with pytest.raises(KafkaLauncherError, match="`java` not found"):
+        jars.fetch("4.1.1")
+    _fake_tool(fake_path, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
+    _fake_tool(fake_path, "mvn", _RECORDING_MVN)
+    lib = jars.fetch("4.1.1")
+    assert lib == tmp_path / "kafka" / "kafka-4.1.1" / "lib"
+    assert sorted(p.name for p in lib.iterdir()) == [
+        "kafka_2.13-4.1.1.jar",
+        f"log4j-core-{jars.LOG4J_VERSION}.jar",
+        f"log4j-slf4j-impl-{jars.LOG4J_VERSION}.jar",
+    ]
+
+
 def test_missing_maven_is_named(fake_path: Path) -> None:
     with pytest.raises(LauncherError, match="`mvn` not found"):
         maven.fetch("5.0.6")
