@@ -7,7 +7,8 @@ each node rather than reading one node's ``system.peers`` matters: a node that h
 applied the change reports the old version for itself and its peers, so its view alone
 could "agree" on the schema the change replaced. A node that does not answer within
 ``QUERY_SECONDS`` counts as not live (it cannot serve the next statement either, so a
-coordinator routes around it).
+coordinator routes around it). The nodes asked are those the session holds connections to:
+with the sidecar's policy (DC-aware, no remote hosts), those of its local data center.
 """
 
 from __future__ import annotations
