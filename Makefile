@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium java-driver soak clean
+.PHONY: cqlsh-session venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium java-driver soak clean
 
 CONSTRAINTS := constraints.txt
 INSTALL_LOG := $(VENV)/install.log
@@ -26,6 +26,12 @@ constraints: $(STAMP)
 	@{ sed -n '1,3p' $(CONSTRAINTS); \
 	   $(PY) -m pip freeze --all --exclude-editable | grep -v -i -e '^accord-cassandra' -e '^wheel=='; \
 	 } > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
+## The README's cqlsh session: one Cassandra 5.0 node (127.0.60.1; CQLSH_SESSION_IP moves it),
+## bank.accounts at RF 1, one sidecar with its CQL endpoint, the issue's transaction typed
+## into `accord-cassandra cqlsh`; prints the terminal transcript and stops everything.
+cqlsh-session: $(STAMP) cassandra-jars
+	$(PY) scripts/cqlsh_session.py
 
 ## The main demo, no Cassandra needed: three sidecars on the embedded store running
 ## concurrent cross-partition bank transfers, then a simulated 5-node cluster under every

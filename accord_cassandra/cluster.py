@@ -54,6 +54,11 @@ class SidecarProcess:
         return self.config_path.with_suffix(".address.json")
 
     @property
+    def cql_peers_file(self) -> Path:
+        """Every sidecar's CQL endpoint, for this one's (config ``cql_peers_file``)."""
+        return self.config_path.with_suffix(".cql_peers.json")
+
+    @property
     def peers_file(self) -> Path:
         """Where it reads its peers' addresses on first start (config ``peers_file``)."""
         return self.config_path.with_suffix(".peers.json")
@@ -142,6 +147,8 @@ class LocalSidecars:
     # peer_auth itself; tests sign forged batches with it.
     peer_secret: str = field(default_factory=lambda: secrets.token_hex(32))
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Settings of one sidecar alone (e.g. the Cassandra node its CQL endpoint fronts).
+    node_extra: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     sidecars: dict[int, SidecarProcess] = field(default_factory=dict)
     host: str = "127.0.0.1"
     log_level: str = "info"
@@ -167,14 +174,17 @@ class LocalSidecars:
                 "peer_auth": "hmac",
                 "peer_keys": {"current": {"id": "local", "secret": self.peer_secret}},
                 **self.extra,
+                **self.node_extra.get(node_id, {}),
             }
+            if config.get("cql_listen"):
+                config.setdefault("cql_peers_file", str(sidecar.cql_peers_file))
             if self.store == "memory":
                 config["tables"] = dict(self.tables)
             if self.cassandra is not None:
                 config["cassandra"] = dict(self.cassandra)
             if self.client_token is not None:
                 config["client_token"] = self.client_token
-            for stale in (sidecar.address_file, sidecar.peers_file):
+            for stale in (sidecar.address_file, sidecar.peers_file, sidecar.cql_peers_file):
                 stale.unlink(missing_ok=True)
             path.write_text(yaml.safe_dump(config, sort_keys=True))
             self.sidecars[node_id] = sidecar
@@ -212,6 +222,7 @@ class LocalSidecars:
         return {node_id: dict(direct) for node_id in self.sidecars}
 
     def _hand_out_peers(self, peer_maps: Mapping[int, Mapping[int, str]]) -> None:
+        cql = {node_id: s.cql_address for node_id, s in self.sidecars.items() if s.cql_address}
         for node_id, sidecar in self.sidecars.items():
             peers = {int(peer): str(address) for peer, address in peer_maps[node_id].items()}
             # The config first, with the bound ports and no peers file: what a restart reads.
@@ -222,6 +233,8 @@ class LocalSidecars:
             )
             if config.get("cql_listen"):
                 config["cql_listen"] = sidecar.cql_address
+                # Before the peers file: the endpoint serves only once that has come.
+                write_json_atomically(Path(config["cql_peers_file"]), cql)
             if config.get("peer_listen"):
                 config["peer_listen"] = sidecar.peer_address
                 config["peer_addresses"] = peers

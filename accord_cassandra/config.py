@@ -271,6 +271,15 @@ class SidecarConfig(BaseSettings):
     cql_plain_writes: list[str] = Field(default_factory=list)
     cql_max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     cql_prepared_cache: int = Field(default=1024, ge=1, le=1_000_000)
+    # What drivers learn of the cluster through the endpoint (docs/sidecars.md, "Drivers
+    # find the other sidecars"): every sidecar's CQL endpoint {node_id: host:port} as
+    # drivers are to reach it, each standing for the Cassandra node in cassandra_hosts;
+    # ``cql_peers_file`` (JSON, the same mapping) overrides it and is re-read when it
+    # changes. After a schema change the endpoint holds the RESULT until the Cassandra
+    # nodes agree, at most ``cql_schema_agreement_seconds``.
+    cql_peers: dict[int, str] = Field(default_factory=dict)
+    cql_peers_file: Path | None = None
+    cql_schema_agreement_seconds: float = Field(default=60.0, gt=0, le=3600)
     # Port 0 in ``listen``/``metrics_listen`` lets the kernel pick a free port (no race with
     # other processes); the addresses actually bound are then written to ``address_file``
     # (JSON, atomically) as soon as both are bound, before anything else starts.
@@ -316,7 +325,7 @@ class SidecarConfig(BaseSettings):
                 raise ValueError(f"cannot resolve host {host!r}: {error}") from None
         return value
 
-    @field_validator("peers", "peer_addresses")
+    @field_validator("peers", "peer_addresses", "cql_peers")
     @classmethod
     def _peer_addresses(cls, value: dict[int, str]) -> dict[int, str]:
         for node, address in value.items():
@@ -495,6 +504,9 @@ class SidecarConfig(BaseSettings):
             ):
                 if other is not None and _same_port(self.cql_listen, other):
                     raise ValueError(f"cql_listen {self.cql_listen} is the {name} address")
+        unknown_cql = sorted(set(self.cql_peers) - set(self.peers))
+        if unknown_cql:
+            raise ValueError(f"cql_peers names nodes {unknown_cql} that are not in peers")
         for name in self.cql_plain_writes:
             keyspace, dot, table = name.partition(".")
             if not dot or not keyspace or not table:

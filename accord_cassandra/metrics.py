@@ -163,6 +163,24 @@ class SidecarCollector(Collector):
             peers.metrics.unauthenticated_batches,
         )
         yield from host.metrics.commit_latency.collect()
+        cql = getattr(sidecar, "cql", None)
+        if cql is not None:
+            requests = CounterMetricFamily(
+                "accord_cql_requests", "CQL endpoint requests by opcode", labels=["opcode"]
+            )
+            for opcode, count in sorted(cql.requests.items()):
+                requests.add_metric([opcode], count)
+            yield requests
+            yield _counter(
+                "accord_cql_transactions",
+                "BEGIN TRANSACTION run by the CQL endpoint",
+                cql.transactions,
+            )
+            yield _counter(
+                "accord_cql_schema_agreement_timeouts",
+                "Schema changes relayed before the Cassandra nodes agreed (the wait ran out)",
+                cql.agreement_timeouts,
+            )
 
 
 def registry_of(sidecar: Sidecar) -> CollectorRegistry:

@@ -44,7 +44,9 @@ from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.host import MAX_PENDING_CLIENTS, Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
+from accord_cassandra.native.agreement import schema_agreement
 from accord_cassandra.native.endpoint import CqlEndpoint, Failure
+from accord_cassandra.native.peers import Directory
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.ports import (
     bind_retrying,
@@ -683,6 +685,13 @@ class Sidecar:
                 plain_writes=config.cql_plain_writes,
                 max_frame_bytes=config.cql_max_frame_bytes,
                 prepared_capacity=config.cql_prepared_cache,
+                directory=Directory(
+                    config.node_id,
+                    config.cql_peers,
+                    config.cassandra_hosts,
+                    config.cql_peers_file,
+                ),
+                schema_agreement_seconds=config.cql_schema_agreement_seconds,
             )
             try:
                 self.cql_listen = await self.cql.bind()
@@ -707,6 +716,8 @@ class Sidecar:
         store: AsyncDataStore
         if config.store == "cassandra":
             self.cluster, session = await asyncio.to_thread(_connect_cassandra, config)
+            if self.cql is not None:
+                self.cql.agreement = schema_agreement(session, config.cql_upstream_address)
             unusable: dict[str, str] = {}
             tables = tables_from_cluster(
                 self.cluster.metadata, config.cassandra.keyspaces, unusable

@@ -16,6 +16,8 @@ Suites:
 * ``overload``: bursts of 300, 2,000 and 10,500 concurrent transfers on 3 hot accounts:
   answers, peak RSS, time until normal service;
 * ``kafka``: saga steps through a real Kafka broker vs direct execution (bench/kafka.py);
+* ``cql``: the bank transfer through the sidecars' CQL endpoint (cassandra-driver, prepared
+  ``BEGIN TRANSACTION``) vs through the gRPC client, same cluster and run (bench/cql.py);
 * ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
 
 ``--quick`` is a small run that checks the suite works and writes well-formed output; its
@@ -46,6 +48,7 @@ SUITES: dict[str, str] = {
     "restart": "bench.restart",
     "overload": "bench.overload",
     "kafka": "bench.kafka",
+    "cql": "bench.cql",
 }
 if importlib.util.find_spec("bench.recovery_engine") is not None:
     SUITES["recovery"] = "bench.recovery_engine"

@@ -6,9 +6,15 @@ Each client connection gets a connection of its own to the co-located Cassandra 
 EXECUTE, runs through Accord here (accord_cassandra.cql) and is answered with a ROWS result:
 ``[applied]`` and the columns of the transaction's SELECT. Every other frame goes to
 Cassandra as it came and its answer comes back as Cassandra sent it, stream id and all, with
-two rewrites: SUPPORTED offers no compression and protocol v4 only, since this endpoint
-speaks neither other. STARTUP, AUTHENTICATE and AUTH_RESPONSE pass through, and transactions
-run only on a connection Cassandra has answered READY or AUTH_SUCCESS.
+these rewrites: SUPPORTED offers no compression and protocol v4 only, since this endpoint
+speaks neither other; ``system.local`` / ``system.peers`` / ``system.peers_v2`` answers
+describe the sidecars, and TOPOLOGY_CHANGE / STATUS_CHANGE events are dropped
+(accord_cassandra.native.peers), so a driver given one sidecar finds the others and never
+Cassandra; a schema change's RESULT is held until the Cassandra nodes agree on the schema
+(bounded by ``schema_agreement_seconds``; past it the RESULT goes with a warning), so the
+next statement meets no node without the change. STARTUP, AUTHENTICATE and AUTH_RESPONSE
+pass through, and transactions run only on a connection Cassandra has answered READY or
+AUTH_SUCCESS.
 
 Refused here (docs/sidecars.md, "The CQL endpoint"): a plain INSERT / UPDATE / DELETE /
 BATCH / TRUNCATE naming an Accord-managed table (its writes would race the transactions'),
@@ -25,7 +31,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,6 +43,17 @@ from accord_cassandra.cql.build import SELECT_LET
 from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.native import frame as f
 from accord_cassandra.native.frame import BadFrame, Frame, Malformed, QueryParameters, Writer
+from accord_cassandra.native.peers import (
+    Directory,
+    Endpoint,
+    is_peer_event,
+    prepared_columns,
+    read_rows,
+    result_kind,
+    rewrite_rows,
+    system_table,
+    with_warning,
+)
 from accord_cassandra.native.statements import is_transaction, written_tables
 from accord_cassandra.native.values import decode, encode, encode_type, is_not_set
 from accord_cassandra.ports import split_address
@@ -59,6 +76,9 @@ MAX_IN_FLIGHT_PER_CONNECTION = 1024
 MAX_UPSTREAM_FRAME_BYTES = 256 * 1024 * 1024
 READ_BYTES = 64 * 1024
 UPSTREAM_CONNECT_SECONDS = 10.0
+# Cassandra's ids of prepared system.local/peers queries remembered (a driver has a few).
+MAX_SYSTEM_STATEMENTS = 256
+SCHEMA_AGREEMENT_SECONDS = 60.0
 
 
 class Failure(AccordCassandraError):
@@ -74,6 +94,9 @@ class Failure(AccordCassandraError):
 
 # Runs one translated client request through Accord (the sidecar's own path).
 Runner = Callable[[client_pb2.TransactRequest], Awaitable[client_pb2.TransactResponse]]
+# Waits up to the seconds given for every live Cassandra node to report one schema
+# version; whether they did.
+Agreement = Callable[[float], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -244,6 +267,9 @@ class CqlEndpoint:
         max_frame_bytes: int = f.MAX_FRAME_BYTES,
         prepared_capacity: int = MAX_PREPARED,
         max_transaction_text: int = MAX_TRANSACTION_TEXT,
+        directory: Directory | None = None,
+        agreement: Agreement | None = None,
+        schema_agreement_seconds: float = SCHEMA_AGREEMENT_SECONDS,
     ) -> None:
         self.listen = listen
         self.upstream = upstream
@@ -256,6 +282,17 @@ class CqlEndpoint:
         self.server: asyncio.Server | None = None
         self.bound: str | None = None
         self.connections: set[asyncio.Task[None]] = set()
+        # With no directory the endpoint knows no other sidecar: peers answers are empty.
+        self.directory = directory if directory is not None else Directory(0, {}, {})
+        self.agreement = agreement
+        self.schema_agreement_seconds = schema_agreement_seconds
+        # Cassandra's ids of prepared system-table queries: the table and result columns.
+        self.system_statements: OrderedDict[bytes, tuple[str, list[str]]] = OrderedDict()
+        # Requests by opcode name, transactions run, schema changes whose agreement wait
+        # ran out (the metrics: accord_cql_*).
+        self.requests: Counter[str] = Counter()
+        self.transactions = 0
+        self.agreement_timeouts = 0
 
     async def bind(self) -> str:
         """Bind ``listen``; the address bound (its port chosen by the kernel for port 0)."""
@@ -266,6 +303,10 @@ class CqlEndpoint:
         sockname = self.server.sockets[0].getsockname()
         bound_host = f"[{sockname[0]}]" if ":" in sockname[0] else sockname[0]
         self.bound = f"{bound_host}:{sockname[1]}"
+        with contextlib.suppress(ValueError):
+            own = Endpoint.parse(self.bound)
+            if not own.address.is_unspecified:
+                self.directory.local = own
         return self.bound
 
     async def start(self, catalog: Catalog, runner: Runner) -> None:
@@ -288,6 +329,38 @@ class CqlEndpoint:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2.0)
+
+    def remember_system_statement(self, statement: bytes, table: str, names: list[str]) -> None:
+        self.system_statements[statement] = (table, names)
+        self.system_statements.move_to_end(statement)
+        while len(self.system_statements) > MAX_SYSTEM_STATEMENTS:
+            self.system_statements.popitem(last=False)
+
+    async def agreed(self) -> str | None:
+        """Wait for schema agreement after a schema change; a warning when it was not seen."""
+        agreement = self.agreement
+        if agreement is None:
+            return None
+        limit = self.schema_agreement_seconds
+        try:
+            agreed = await asyncio.wait_for(agreement(limit), limit + 5.0)
+        except TimeoutError:
+            agreed = False
+        except Exception as error:  # the change is made: say so, with why agreement is unknown
+            logger.warning(
+                "CQL endpoint: checking schema agreement failed: %r", error, exc_info=True
+            )
+            agreed = False
+        if agreed:
+            return None
+        self.agreement_timeouts += 1
+        warning = (
+            f"the Cassandra nodes did not agree on the schema within {limit:g} s after this "
+            "change (cql_schema_agreement_seconds): a statement on a node that lacks it yet "
+            "may fail; retry it, or wait for agreement"
+        )
+        logger.warning("CQL endpoint: %s", warning)
+        return warning
 
     def accord_table(self, name: str) -> bool:
         keyspace, _, table = name.partition(".")
@@ -330,6 +403,11 @@ class Connection:
         self.authenticated = False  # Cassandra answered READY or AUTH_SUCCESS
         self.keyspace: str | None = None  # the current keyspace (USE), as Cassandra says
         self.running: set[asyncio.Task[None]] = set()
+        # Streams awaiting Cassandra's answer to a system.local/peers query (QUERY or
+        # EXECUTE): the table, and the columns of a prepared one; and to a PREPARE of one.
+        self.system_queries: dict[int, tuple[str, list[str] | None]] = {}
+        self.system_prepares: dict[int, str] = {}
+        self.held: set[asyncio.Task[None]] = set()  # schema changes awaiting agreement
 
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
@@ -352,7 +430,7 @@ class Connection:
         try:
             await self._serve_client()
         finally:
-            for task in list(self.running):
+            for task in [*self.running, *self.held]:
                 task.cancel()
             upstream_writer.close()
             relay.cancel()
@@ -406,6 +484,10 @@ class Connection:
         if frame.opcode not in f.REQUEST_OPCODES:
             self.error(stream, f.PROTOCOL_ERROR, f"unknown request opcode 0x{frame.opcode:02X}")
             return
+        self.endpoint.requests[_opname(frame.opcode)] += 1
+        # A stream id is free again once answered: no mark of an earlier request stays.
+        self.system_queries.pop(stream, None)
+        self.system_prepares.pop(stream, None)
         try:
             if frame.opcode == f.STARTUP:
                 self._startup(frame)
@@ -492,6 +574,9 @@ class Connection:
         text, params = f.read_query(frame.body)
         if not is_transaction(text):
             if not self._refused_write(frame.stream, [text]):
+                table = system_table(text)
+                if table is not None:
+                    self.system_queries[frame.stream] = (table, None)
                 self._forward(frame)
             return
         if not self._ready_for_transactions(frame.stream):
@@ -504,6 +589,9 @@ class Connection:
         text = f.read_prepare(frame.body)
         if not is_transaction(text):
             if not self._refused_write(frame.stream, [text]):
+                table = system_table(text)
+                if table is not None:
+                    self.system_prepares[frame.stream] = table
                 self._forward(frame)
             return
         if not self._ready_for_transactions(frame.stream):
@@ -520,7 +608,11 @@ class Connection:
     def _execute(self, frame: Frame) -> None:
         statement_id_, params = f.read_execute(frame.body)
         if len(statement_id_) != ID_BYTES or not statement_id_.startswith(ID_PREFIX):
-            self._forward(frame)  # Cassandra's own prepared statement
+            # Cassandra's own prepared statement
+            system = self.endpoint.system_statements.get(statement_id_)
+            if system is not None:
+                self.system_queries[frame.stream] = (system[0], system[1])
+            self._forward(frame)
             return
         if not self._ready_for_transactions(frame.stream):
             return
@@ -558,6 +650,7 @@ class Connection:
                 "connection; nothing was submitted",
             )
             return
+        self.endpoint.transactions += 1
         task = asyncio.create_task(self._transaction(stream, statement, params))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
@@ -637,14 +730,40 @@ class Connection:
                         logger.warning("CQL endpoint: Cassandra sent a bad frame: %s", item.message)
                         self.writer.close()
                         return
-                    self.send(self._from_cassandra(item))
+                    relayed = self._from_cassandra(item)
+                    if relayed is not None:
+                        self.send(relayed)
                 await self.writer.drain()
         except (ConnectionError, OSError):
             pass
         # Cassandra closed its side: so does this endpoint (the driver reconnects).
         self.writer.close()
 
-    def _from_cassandra(self, frame: Frame) -> bytes:
+    def _from_cassandra(self, frame: Frame) -> bytes | None:
+        """The frame to relay for one of Cassandra's; None when it is not relayed now."""
+        if frame.opcode == f.EVENT:
+            # They name Cassandra's nodes (docs/sidecars.md); SCHEMA_CHANGE passes.
+            return None if is_peer_event(frame.body) else frame.encode()
+        system = self.system_queries.pop(frame.stream, None)
+        prepare = self.system_prepares.pop(frame.stream, None)
+        if system is not None and frame.opcode == f.RESULT:
+            return self._system_rows(frame, *system)
+        if frame.opcode == f.RESULT and frame.flags & f.COMPRESSED:
+            pass  # never agreed with a client of this endpoint: relayed as it is
+        elif prepare is not None and frame.opcode == f.RESULT:
+            with contextlib.suppress(Malformed):
+                found = prepared_columns(frame.flags, frame.body)
+                if found is not None:
+                    self.endpoint.remember_system_statement(found[0], prepare, found[1])
+        elif (
+            frame.opcode == f.RESULT
+            and self.endpoint.agreement is not None
+            and result_kind(frame.flags, frame.body) == f.SCHEMA_CHANGE
+        ):
+            task = asyncio.create_task(self._after_agreement(frame))
+            self.held.add(task)
+            task.add_done_callback(self.held.discard)
+            return None
         if frame.opcode in (f.READY, f.AUTH_SUCCESS):
             self.authenticated = True
         elif frame.opcode == f.SUPPORTED and not frame.flags & f.COMPRESSED:
@@ -661,6 +780,36 @@ class Connection:
             if keyspace is not None:
                 self.keyspace = keyspace
         return frame.encode()
+
+    async def _after_agreement(self, frame: Frame) -> None:
+        warning = await self.endpoint.agreed()
+        flags, body = frame.flags, frame.body
+        if warning is not None:
+            with contextlib.suppress(Malformed):
+                flags, body = with_warning(flags, body, warning)
+        self.send(Frame(frame.version, flags, frame.stream, frame.opcode, body).encode())
+        with contextlib.suppress(Exception):
+            await self.writer.drain()
+
+    def _system_rows(self, frame: Frame, table: str, names: list[str] | None) -> bytes:
+        """A system.local/peers answer describing the sidecars; an ERROR when unreadable
+        (Cassandra's node addresses are never passed on)."""
+        try:
+            if frame.flags & f.COMPRESSED:
+                raise Malformed("a compressed frame, but no compression was agreed")
+            rows = read_rows(frame.flags, frame.body, names)
+        except Malformed as error:
+            logger.warning("CQL endpoint: Cassandra's system.%s answer: %s", table, error)
+            return f.error_frame(
+                frame.stream,
+                f.SERVER_ERROR,
+                f"the CQL endpoint could not read Cassandra's system.{table} answer ({error}) "
+                "and does not pass Cassandra's node addresses on",
+            )
+        if rows is None:
+            return frame.encode()
+        body = rewrite_rows(table, rows, self.endpoint.directory).encode()
+        return Frame(frame.version, frame.flags, frame.stream, frame.opcode, body).encode()
 
 
 def _set_keyspace(frame: Frame) -> str | None:

@@ -12,14 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cassandra import InvalidRequest, ProtocolVersion
-from cassandra.cluster import (
-    EXEC_PROFILE_DEFAULT,
-    Cluster,
-    ExecutionProfile,
-    NoHostAvailable,
-    Session,
-)
-from cassandra.policies import WhiteListRoundRobinPolicy
+from cassandra.cluster import Cluster, NoHostAvailable, Session
 
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.native import frame as f
@@ -37,18 +30,12 @@ def cql_sidecars(
         yield pair
 
 
-def profile(host: str) -> ExecutionProfile:
-    # The endpoint forwards system.peers as Cassandra answers it: keep the driver here.
-    return ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]))
-
-
 def connect(address: str) -> tuple[Cluster, Session]:
     host, _, port = address.rpartition(":")
     cluster = Cluster(
         [host],
         port=int(port),
         protocol_version=ProtocolVersion.V4,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile(host)},
         connect_timeout=30,
         control_connection_timeout=30,
     )
@@ -298,7 +285,6 @@ def test_a_driver_asking_for_compression_or_v5_falls_back(
     cluster = Cluster(
         [host],
         port=int(port),
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile(host)},
         compression=True,
         connect_timeout=30,
     )

@@ -1,9 +1,14 @@
 // A Java-driver client of the sidecar's CQL endpoint (or of plain Cassandra): one bank
 // transfer as a prepared BEGIN TRANSACTION with bound values, and one plain query. Each
-// result is one JSON line on stdout; tests/clients/test_java_driver.py reads them.
+// result is one JSON line on stdout; tests/clients/test_java_driver.py reads them. The
+// driver runs with its defaults (load balancing, node discovery) but the contact point.
+// Mode "cluster": the nodes the driver found, COUNT transfers, then a CREATE TABLE TABLE
+// with the driver's own schema-agreement wait off, an INSERT and a SELECT of it at ALL.
 //
 // usage: java AccordCqlProbe HOST PORT LOCAL_DC KEYSPACE (plain|transfer|both) [SRC DST AMOUNT]
+//        java AccordCqlProbe HOST PORT LOCAL_DC KEYSPACE cluster SRC DST AMOUNT TABLE COUNT
 
+import com.datastax.oss.driver.api.core.ConsistencyLevel;
 import com.datastax.oss.driver.api.core.CqlSession;
 import com.datastax.oss.driver.api.core.DefaultProtocolVersion;
 import com.datastax.oss.driver.api.core.config.DefaultDriverOption;
@@ -12,7 +17,8 @@ import com.datastax.oss.driver.api.core.cql.ColumnDefinition;
 import com.datastax.oss.driver.api.core.cql.PreparedStatement;
 import com.datastax.oss.driver.api.core.cql.ResultSet;
 import com.datastax.oss.driver.api.core.cql.Row;
-import com.datastax.oss.driver.api.core.loadbalancing.NodeDistance;
+import com.datastax.oss.driver.api.core.cql.SimpleStatement;
+import com.datastax.oss.driver.api.core.metadata.Node;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -38,23 +44,21 @@ public final class AccordCqlProbe {
             .withDuration(DefaultDriverOption.CONNECTION_INIT_QUERY_TIMEOUT, Duration.ofSeconds(30))
             .withDuration(DefaultDriverOption.CONTROL_CONNECTION_TIMEOUT, Duration.ofSeconds(30))
             .withDuration(DefaultDriverOption.METADATA_SCHEMA_REQUEST_TIMEOUT, Duration.ofSeconds(60))
+            // No wait of the driver's own after a schema change: the endpoint waits.
+            .withDuration(DefaultDriverOption.CONTROL_CONNECTION_AGREEMENT_TIMEOUT, Duration.ZERO)
             .build();
     try (CqlSession session =
         CqlSession.builder()
             .addContactPoint(new InetSocketAddress(host, port))
             .withLocalDatacenter(dc)
-            // The endpoint relays system.peers as Cassandra answers it (the Cassandra nodes'
-            // own addresses): requests must stay on the contact point, the sidecar.
-            .withNodeDistanceEvaluator(
-                (node, localDc) ->
-                    node.getEndPoint().resolve().equals(new InetSocketAddress(host, port))
-                        ? NodeDistance.LOCAL
-                        : NodeDistance.IGNORED)
             .withConfigLoader(config)
             .build()) {
       line("connected", "\"protocol\":" + str(session.getContext().getProtocolVersion().name()));
       if (mode.equals("transfer") || mode.equals("both")) {
         transfer(session, ks, args[5], args[6], Long.parseLong(args[7]));
+      }
+      if (mode.equals("cluster")) {
+        cluster(session, ks, args[5], args[6], Long.parseLong(args[7]), args[8], Integer.parseInt(args[9]));
       }
       if (mode.equals("plain") || mode.equals("both")) {
         ResultSet rs =
@@ -65,6 +69,28 @@ public final class AccordCqlProbe {
       line("error", "\"class\":" + str(e.getClass().getName()) + ",\"message\":" + str(String.valueOf(e.getMessage())));
       System.exit(1);
     }
+  }
+
+  private static void cluster(
+      CqlSession session, String ks, String src, String dst, long amount, String table, int count) {
+    List<String> nodes = new ArrayList<>();
+    for (Node node : session.getMetadata().getNodes().values()) {
+      nodes.add(str(node.getEndPoint().resolve().toString()));
+    }
+    line("nodes", "\"nodes\":[" + String.join(",", nodes) + "]");
+    for (int i = 0; i < count; i++) {
+      transfer(session, ks, src, dst, amount);
+    }
+    session.execute("CREATE TABLE " + ks + "." + table + " (id text PRIMARY KEY, body text)");
+    line("created", "\"table\":" + str(table));
+    session.execute(
+        SimpleStatement.newInstance("INSERT INTO " + ks + "." + table + " (id, body) VALUES ('a', 'b')")
+            .setConsistencyLevel(ConsistencyLevel.ALL));
+    emitRows(
+        "read",
+        session.execute(
+            SimpleStatement.newInstance("SELECT id, body FROM " + ks + "." + table)
+                .setConsistencyLevel(ConsistencyLevel.ALL)));
   }
 
   private static void transfer(CqlSession session, String ks, String src, String dst, long amount) {
