@@ -997,8 +997,20 @@ class AccordProtection(WriteProtection):
             self._marker_part(key, "lease still ours", expect=holder, write=target.value)
         )
 
+    async def _claim_epoch(
+        self, key: MarkerKey, range_epoch: int, fence: Callable[[], str | None] | None
+    ) -> None:
+        """No epoch row here: the step's state change carries the epoch condition itself
+        (:meth:`AccordEventStore.fence_part`)."""
+        return
+
     async def _commit_strict(
-        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
+        self,
+        key: MarkerKey,
+        holder: str,
+        policy: ProtectionPolicy,
+        writes: Sequence[Write],
+        range_epoch: int | None = None,
     ) -> None:
         """Into the step's state change: the result, and COMMITTED while the lease is ours.
         If the change is refused (a fence, say), none of it landed and this attempt will not
