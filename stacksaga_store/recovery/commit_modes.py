@@ -45,8 +45,9 @@ or watchdog) nor re-run a committed step. Two modes, chosen by
                                 the first time this process uses the bucket, else
                                 [the bucket's Tier-4 row exists]
     step success                status + payload, tryout [index free], marker COMMITTED
-                                [STRICT: lease still ours; RELAXED: no marker], and on the
-                                last step the watchdog row delete
+                                [STRICT: lease still ours; RELAXED: none, the tryout's
+                                condition refuses a second record], and on the last step
+                                the watchdog row delete
     transient failure           retry pointer (+ Tiers 1-4 or [Tier-4 row exists]), tryout
                                 [index free], status FAILED_WITH_RETRYABLE_ERROR
     permanent failure           tryout, status, marker FAILED [lease ours / no marker];

@@ -23,8 +23,9 @@ commit) becomes a :class:`Part` of one :class:`AccordChange`: LET rows, conditio
 mutations under a per-part name prefix. On a clean exit the change commits as one Accord
 transaction; an exception (or a crash) before that writes nothing. Conditions carry the
 invariants the separate writes needed an order for: the es_transaction row does not exist yet
-(start), the tryout index is free, the marker lease is still ours (STRICT) or no marker was
-committed (RELAXED), the Tier-4 row of a cached bucket still exists. A refused change raises
+(start), the tryout index is free, the marker lease is still ours (STRICT; RELAXED's commit
+needs no condition of its own, the tryout's refuses a second record), the Tier-4 row of a
+cached bucket still exists. A refused change raises
 :class:`StateChangeConflict` naming the parts whose conditions failed, and nothing of it
 landed.
 
@@ -875,8 +876,9 @@ def uuid_of(value: object) -> uuid.UUID:
 class AccordProtection(WriteProtection):
     """Execution markers through Accord: the STRICT lease is a conditional insert with a TTL
     (expiry judged as of each transaction's executeAt, so every replica agrees), its commit
-    a conditional update inside the step's state change; RELAXED_WITH_DEDUP commits
-    ``IF`` no marker exists, so of two duplicate runs exactly one records its result."""
+    a conditional update inside the step's state change; RELAXED_WITH_DEDUP writes COMMITTED
+    in the step's state change, whose tryout condition lets exactly one of two duplicate runs
+    record its result (alone, outside a change: ``IF`` no marker exists)."""
 
     def __init__(
         self,
@@ -981,10 +983,26 @@ class AccordProtection(WriteProtection):
             raise
         for part in self._result_parts(result_writes(value)):
             await self.runner.submit(part)
-        await self.runner.submit(
-            self._marker_part(key, "no marker", expect=None, write=MarkerState.COMMITTED.value)
-        )
+        committed = MarkerState.COMMITTED.value
+        if current_change() is None:
+            await self.runner.submit(
+                self._marker_part(key, "no marker", expect=None, write=committed)
+            )
+        else:
+            # In the step's state change, whose tryout part appends at the index the history
+            # was read at [index free]: a second record of this invocation is refused by that
+            # condition already (every record writes marker and tryout in one transaction, and
+            # an index is written once), so the marker's own [no marker] would only add a read.
+            await self.runner.submit(self._marker_write(key, committed))
         return GuardResult(GuardOutcome.EXECUTED, value, mode)
+
+    def _marker_write(self, key: MarkerKey, state: str) -> Part:
+        ks, pk, step = self.keyspace, self._pk(key), (key.step_id,)
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(ks, MARKERS, pk, step, execution_state=state)
+
+        return Part(f"marker {state}", build)
 
     # STRICT: the base class's flow (WriteProtection._run_strict) with Accord's three steps.
 
