@@ -36,7 +36,8 @@ or watchdog) nor re-run a committed step. Two modes, chosen by
 ``accord`` (every state change is one Accord transaction over the seed's own tables)
     The seed's nine tables, in the seed's keyspace, are written only through the Accord
     sidecars (:mod:`stacksaga_store.store.accord_store`: why *only*). Each state change of a
-    saga is one transaction, so there is no boundary inside it to crash at:
+    saga is one transaction (concurrent changes of other sagas may share it, each whole), so
+    there is no boundary inside it to crash at:
 
     ==========================  ==========================================================
     state change                one transaction (conditions in brackets)
