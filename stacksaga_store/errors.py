@@ -33,6 +33,7 @@ __all__ = [
     "IllegalTransitionError",
     "InvariantViolation",
     "LeaseBusyError",
+    "LeaseFenceRefusedError",
     "LeaseFencedError",
     "LeaseLostError",
     "NonRetryableStepError",
@@ -124,6 +125,14 @@ class LeaseFencedError(StackSagaError):
     """
 
     retryable: ClassVar[bool] = True
+
+
+class LeaseFenceRefusedError(LeaseFencedError):
+    """The store refused a write of a Retry-Node's dispatch on its range lease's epoch (the
+    accord mode's in-transaction fence, or the ordered mode's STRICT epoch row): the range
+    moved to a later epoch, whatever the node's own lease clock says. The node must treat the
+    lease as lost for good: stop, drop it, never dispatch under that epoch again.
+    """
 
 
 class StepError(Exception):

@@ -36,7 +36,8 @@ or watchdog) nor re-run a committed step. Two modes, chosen by
 ``accord`` (every state change is one Accord transaction over the seed's own tables)
     The seed's nine tables, in the seed's keyspace, are written only through the Accord
     sidecars (:mod:`stacksaga_store.store.accord_store`: why *only*). Each state change of a
-    saga is one transaction, so there is no boundary inside it to crash at:
+    saga is one transaction (concurrent changes of other sagas may share it, each whole), so
+    there is no boundary inside it to crash at:
 
     ==========================  ==========================================================
     state change                one transaction (conditions in brackets)
@@ -45,8 +46,9 @@ or watchdog) nor re-run a committed step. Two modes, chosen by
                                 the first time this process uses the bucket, else
                                 [the bucket's Tier-4 row exists]
     step success                status + payload, tryout [index free], marker COMMITTED
-                                [STRICT: lease still ours; RELAXED: no marker], and on the
-                                last step the watchdog row delete
+                                [STRICT: lease still ours; RELAXED: none, the tryout's
+                                condition refuses a second record], and on the last step
+                                the watchdog row delete
     transient failure           retry pointer (+ Tiers 1-4 or [Tier-4 row exists]), tryout
                                 [index free], status FAILED_WITH_RETRYABLE_ERROR
     permanent failure           tryout, status, marker FAILED [lease ours / no marker];

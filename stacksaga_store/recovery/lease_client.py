@@ -19,7 +19,9 @@ and, with ``channel_credentials``, over TLS with a client certificate;
 :meth:`CoordinatorLeaseClient.from_settings` takes both from
 ``stacksaga.cassandra.recovery.coordinator``.
 
-A Revoke makes :meth:`current` return None at once (the Retry-Node's next check stops it);
+A Revoke makes :meth:`current` return None at once (the Retry-Node's next check stops it),
+and so does :meth:`drop`, the Retry-Node's report that the store refused a write on the
+lease's epoch (the range moved while this node was paused, say);
 ``Released`` is sent only when the Retry-Node reports no dispatch in flight
 (:meth:`note_in_flight`), so the next holder never overlaps a running dispatch.
 """
@@ -123,6 +125,23 @@ class CoordinatorLeaseClient:
     def note_in_flight(self, count: int) -> None:
         self._in_flight = count
         self._maybe_release()
+
+    def drop(self, epoch: int) -> None:
+        """The store refused a write on lease ``epoch``: the coordinator moved the range on
+        (it persists an epoch before granting it), whatever our clock says. Drop the lease as
+        if revoked (renewals and grants of it are ignored; ``Released`` once nothing is in
+        flight) and start a fresh session, so the coordinator hears a Hello and can give this
+        node a range in the current epoch."""
+        lease = self._lease
+        if lease is not None and lease.epoch > epoch:
+            return  # already on a later epoch
+        logger.info("node=%s lease epoch %d refused by the store; dropped", self.node_id, epoch)
+        self._lease = None
+        self._revoked_epoch = max(epoch, self._revoked_epoch or epoch)
+        self._maybe_release()
+        if self._outbox is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._outbox.put_nowait(None)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

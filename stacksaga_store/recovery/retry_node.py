@@ -34,6 +34,15 @@ the same step meanwhile (its stale status would overwrite the new holder's). A r
 step's marker lease stopped (LEASE_BUSY, LEASE_LOST) counts as FAILED too: the saga did not
 move, so its row stays.
 
+A write the *store* refuses on the lease's epoch (accord: a state change's epoch condition;
+ordered STRICT: the transaction's epoch row, :mod:`stacksaga_store.store.protection`) is the
+store's word that the range moved, whatever this node's lease clock says (a paused or
+suspended process wakes believing its lease). It ends the lease (:class:`FenceRefusals`): the
+resume stops, every dispatch of the node under that epoch stops at its next step, the pass
+ends at its next check, the bucket stays for the new holder, the lease source drops the lease
+(the coordinator client hands it back and asks for a new one) and the node never dispatches
+under that epoch again.
+
 :class:`SagaDispatcher` is the seed's pickup logic on the real orchestrator:
 
 * retry row (even bucket): re-invoke unless the transaction is final, parked or missing (its
@@ -87,6 +96,7 @@ from stacksaga_store.store.states import FINAL_STATUSES, PARKED_STATUSES
 __all__ = [
     "DispatchOutcome",
     "Dispatcher",
+    "FenceRefusals",
     "PassReport",
     "RetryNode",
     "SagaDispatcher",
@@ -108,6 +118,36 @@ class DispatchOutcome(StrEnum):
     FAILED = "FAILED"  # could not be handled now; the bucket is kept
 
 
+class FenceRefusals:
+    """The epochs the store refused a node's writes on: lost for good.
+
+    A refusal is the store's word that the range moved (the coordinator persisted a later
+    epoch, which it does only once every lease of this one was released or had expired by
+    the coordinator's clock). The node's own clock may disagree (a paused or suspended
+    process): it must not. So a refused epoch is never dispatched under again, and the lease
+    source, if it can (``drop(epoch)``), drops the lease at once and asks for a new one.
+    """
+
+    def __init__(self, leases: LeaseSource) -> None:
+        self.leases = leases
+        self.through: int | None = None  # every epoch up to this one was refused
+
+    def refused(self, epoch: int) -> bool:
+        return self.through is not None and epoch <= self.through
+
+    def refuse(self, epoch: int) -> None:
+        if self.refused(epoch):
+            return
+        self.through = epoch
+        logger.warning(
+            "lease epoch %d refused by the store: the range moved; this node stops using it",
+            epoch,
+        )
+        drop = getattr(self.leases, "drop", None)
+        if callable(drop):
+            drop(epoch)
+
+
 class LeaseFence:
     """The lease a dispatch started under, as a :class:`~stacksaga_store.saga.orchestrator.
     StepFence`: its epoch until the range moved, None from then on.
@@ -120,11 +160,17 @@ class LeaseFence:
     """
 
     def __init__(
-        self, leases: LeaseSource, lease: Lease, scope: DirectoryScope | None = None
+        self,
+        leases: LeaseSource,
+        lease: Lease,
+        scope: DirectoryScope | None = None,
+        refusals: FenceRefusals | None = None,
     ) -> None:
         self.leases = leases
         self.lease = lease
         self.scope = scope
+        # Shared by the node's dispatches: one refusal ends the epoch for all of them.
+        self.refusals = refusals or FenceRefusals(leases)
 
     def fencing_row(self) -> FencingRow | None:
         """The epoch row of a coordinator's lease (none for a static one: nothing moves it)."""
@@ -133,7 +179,12 @@ class LeaseFence:
         name = ring_row_name(self.lease.service_name)
         return FencingRow(self.scope.region, self.scope.cluster, name, self.lease.epoch)
 
+    def refused(self) -> None:
+        self.refusals.refuse(self.lease.epoch)
+
     def token(self) -> str | None:
+        if self.refusals.refused(self.lease.epoch):
+            return None
         current = self.leases.current()
         lease = self.lease
         if current is not None:
@@ -307,6 +358,7 @@ class RetryNode:
             grace=self.read_grace,
             metrics=self.metrics,
         )
+        self.refusals = FenceRefusals(leases)
         self._slots = asyncio.Semaphore(recovery.concurrency)
         self._in_flight = 0
         self._shutdown = False
@@ -341,6 +393,8 @@ class RetryNode:
         lease = self.leases.current()
         if lease is None or not lease.valid(self.leases.monotonic()):
             raise RangeLeaseLost(f"node={self.node_id}: no valid lease")
+        if self.refusals.refused(lease.epoch):
+            raise RangeLeaseLost(f"node={self.node_id}: lease epoch {lease.epoch} was refused")
         if lease.epoch != self._last_epoch:
             self.metrics.lease_changes += 1
             self._last_epoch = lease.epoch
@@ -377,6 +431,9 @@ class RetryNode:
             raise RangeLeaseLost(f"node={self.node_id}: lease epoch {lease.epoch} replaced")
         if not current.valid(self.leases.monotonic()):
             raise RangeLeaseLost(f"node={self.node_id}: lease epoch {lease.epoch} expired")
+        if self.refusals.refused(lease.epoch):
+            # The store refused a dispatch's write on this epoch: the range moved.
+            raise RangeLeaseLost(f"node={self.node_id}: lease epoch {lease.epoch} refused")
 
     async def _process_window(self, lease: Lease, window: WindowId, report: PassReport) -> None:
         report.windows.append(window)
@@ -463,7 +520,7 @@ class RetryNode:
 
     async def _dispatch(self, entry: DirectoryEntry, lease: Lease) -> bool:
         # Own task, own context: the fence is this dispatch's alone.
-        DISPATCH_FENCE.set(LeaseFence(self.leases, lease, self.scope))
+        DISPATCH_FENCE.set(LeaseFence(self.leases, lease, self.scope, self.refusals))
         self._in_flight += 1
         self.leases.note_in_flight(self._in_flight)
         started = time.perf_counter()

@@ -53,6 +53,7 @@ from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
     LeaseFencedError,
+    LeaseFenceRefusedError,
     LeaseLostError,
     SagaDefinitionError,
     StepError,
@@ -61,7 +62,7 @@ from stacksaga_store.errors import (
 from stacksaga_store.saga.classify import is_retryable
 from stacksaga_store.saga.definition import Saga, SagaPayload, Step, StepContext, idempotency_key
 from stacksaga_store.saga.handoff import NoRecoveryHandoff, RecoveryHandoff, RetryRequest
-from stacksaga_store.store.accord_store import StateChangeConflict
+from stacksaga_store.store.accord_store import FENCE_PART, StateChangeConflict
 from stacksaga_store.store.cql import Prepared
 from stacksaga_store.store.events import CassandraEventStore, new_transaction_id
 from stacksaga_store.store.model import FencingRow, RestorePath, TransactionKey, TransactionView
@@ -124,6 +125,11 @@ class StepFence(Protocol):
     def fencing_row(self) -> FencingRow | None:
         """Where the lease's epoch is persisted (a coordinator's lease), else None. The accord
         mode makes each state change of the dispatch conditional on that row."""
+        ...
+
+    def refused(self) -> None:
+        """The store refused a write on this lease's epoch (the range moved): the lease is
+        lost for good, whatever its clock says; :meth:`token` is None from now on."""
         ...
 
 
@@ -395,11 +401,17 @@ class Orchestrator:
 
     async def _finish(self, run: _Run, event: Event, fence: StepFence | None = None) -> None:
         """Write a final status the last invocation did not already write, then release."""
-        async with self.store.state_change("finish", fence=_fencing_row(fence)):
-            if run.status not in FINAL_STATUSES:
-                run.status = transition(run.status, event)
-                await self.store.write_state(run.key, run.status, run.payload.encode(), self._now())
-            await self._release(run)
+        try:
+            async with self.store.state_change("finish", fence=_fencing_row(fence)):
+                if run.status not in FINAL_STATUSES:
+                    run.status = transition(run.status, event)
+                    await self.store.write_state(
+                        run.key, run.status, run.payload.encode(), self._now()
+                    )
+                await self._release(run)
+        except StateChangeConflict as exc:
+            _raise_if_fenced(exc, fence, run.key, "completion")
+            raise
 
     async def _invoke(
         self,
@@ -415,7 +427,11 @@ class Orchestrator:
         try:
             async with self.store.state_change("step", fence=_fencing_row(fence)):
                 return await self._invoke_step(run, step, kind, heal_skips=heal_skips, fence=fence)
+        except LeaseFenceRefusedError:
+            _lose(fence)
+            raise
         except StateChangeConflict as exc:
+            _raise_if_fenced(exc, fence, run.key, step.name)
             logger.warning("txn=%s step=%s: %s", run.key, step.name, exc)
             fresh = await self._load(run.key.transaction_id)
             run.payload, run.status, run.tryouts = fresh.payload, fresh.status, fresh.tryouts
@@ -457,6 +473,7 @@ class Orchestrator:
                     )
                 ),
                 fence=fence.token if fence is not None else None,
+                epoch=_fenced_epoch(fence),
             )
         except _StepFailed as failure:
             return await self._on_failure(run, step, kind, attempt + 1, failure)
@@ -705,6 +722,32 @@ class Orchestrator:
 
 def _fencing_row(fence: StepFence | None) -> FencingRow | None:
     return None if fence is None else fence.fencing_row()
+
+
+def _fenced_epoch(fence: StepFence | None) -> int | None:
+    """The lease's epoch where the coordinator persists it (STRICT claims it in ordered mode)."""
+    row = _fencing_row(fence)
+    return None if row is None else row.epoch
+
+
+def _lose(fence: StepFence | None) -> None:
+    if fence is not None:
+        fence.refused()
+
+
+def _raise_if_fenced(
+    conflict: StateChangeConflict, fence: StepFence | None, key: TransactionKey, what: str
+) -> None:
+    """A change refused by its epoch condition ends the dispatch's lease, not just this
+    change: the node would otherwise go on (and dispatch the saga again) under an epoch the
+    store already knows is over, running steps it can never record."""
+    if fence is None or not any(part.startswith(FENCE_PART) for part in conflict.parts):
+        return
+    fence.refused()
+    raise LeaseFenceRefusedError(
+        f"{key} {what}: refused by the range lease's epoch condition ({conflict}); "
+        "the lease is lost"
+    ) from conflict
 
 
 def _finished(tryouts: Sequence[TryoutRecord]) -> set[tuple[str, ExecutionType]]:

@@ -23,10 +23,16 @@ commit) becomes a :class:`Part` of one :class:`AccordChange`: LET rows, conditio
 mutations under a per-part name prefix. On a clean exit the change commits as one Accord
 transaction; an exception (or a crash) before that writes nothing. Conditions carry the
 invariants the separate writes needed an order for: the es_transaction row does not exist yet
-(start), the tryout index is free, the marker lease is still ours (STRICT) or no marker was
-committed (RELAXED), the Tier-4 row of a cached bucket still exists. A refused change raises
+(start), the tryout index is free, the marker lease is still ours (STRICT; RELAXED's commit
+needs no condition of its own, the tryout's refuses a second record), the Tier-4 row of a
+cached bucket still exists. A refused change raises
 :class:`StateChangeConflict` naming the parts whose conditions failed, and nothing of it
 landed.
+
+*Group commit.* Concurrent state changes of one process may share an Accord transaction
+(:class:`ChangeBatcher`): a sidecar's cost is mostly per transaction, not per row. Each change
+keeps its parts, conditions and all-or-nothing outcome; a batch refused whole because of
+another change's condition sends the others again alone.
 
 *Retries.* :class:`AccordGateway` sends a transaction whose outcome is unknown again (to the
 next sidecar). Every change that can be refused carries a condition its own first commit
@@ -201,6 +207,7 @@ class AccordGateway:
         self._next = 0
         self.transactions = 0
         self.retries = 0
+        self.batcher: ChangeBatcher | None = None  # made on first use (batcher_of)
 
     async def transact(self, build: Callable[[], Any]) -> AccordOutcome:
         """``build()`` returns a fresh ``accord_cassandra.client.Transaction``."""
@@ -352,9 +359,12 @@ class AccordChange:
         self.parts.append(part)
 
     def _build(self) -> Any:
-        txn = sidecar_client().Transaction()
+        return self.build_into(sidecar_client().Transaction(), "")
+
+    def build_into(self, txn: Any, prefix: str) -> Any:
+        """Add this change to ``txn``, its LET names prefixed (a batch of changes)."""
         for index, part in enumerate(self.parts):
-            part.build(txn, f"p{index}_")
+            part.build(txn, f"{prefix}p{index}_")
         return txn
 
     async def commit(self) -> AccordOutcome | None:
@@ -362,13 +372,20 @@ class AccordChange:
             return None
         ordinal = self.crashes.count(self.label)
         self.crashes.hit(self.label, "before", ordinal)
+        # The first attempt may share one transaction with other state changes of this
+        # process sent at the same moment (ChangeBatcher).
+        outcome, batched = await batcher_of(self.gateway).commit(self)
         for _ in range(REPAIRS_MAX + 1):
-            outcome = await self.gateway.transact(self._build)
             if outcome.applied or self._own_retry(outcome):
                 break
             failing = self._failing(outcome)
-            if not (failing and all(p.repair is not None and p.repair() for p in failing)):
+            if (failing or not batched) and not (
+                failing and all(p.repair is not None and p.repair() for p in failing)
+            ):
                 break
+            # Repaired, or refused by another change of its batch: alone from now on.
+            batched = False
+            outcome = await self.gateway.transact(self._build)
         if not outcome.applied and not self._own_retry(outcome):
             failed = [part.what for part in self._failing(outcome)]
             conflict = StateChangeConflict(self.label, failed or ["?"], outcome)
@@ -397,6 +414,168 @@ class AccordChange:
         return bool(conditioned) and all(
             p.mine is not None and p.mine(outcome, f"p{i}_") for i, p in conditioned
         )
+
+
+# Group commit of state changes (ChangeBatcher): transactions in flight before changes wait
+# to share one, and what one transaction may carry (the sidecars refuse more than 64 LETs,
+# conditions or mutations).
+BATCH_IN_FLIGHT_MAX = 4
+BATCH_CHANGES_MAX = 16
+BATCH_LETS_MAX = 64
+BATCH_CONDITIONS_MAX = 64
+BATCH_MUTATIONS_MAX = 64
+
+
+@dataclass(slots=True)
+class _Queued:
+    change: AccordChange
+    future: asyncio.Future[tuple[AccordOutcome | None, bool]]
+    lets: int
+    conditions: int
+    mutations: int
+    rows: frozenset[bytes]  # the rows it mutates (a transaction mutates a row once)
+
+
+class ChangeBatcher:
+    """Group commit: concurrent state changes of this process share Accord transactions.
+
+    Every Accord transaction costs the sidecars about the same whatever it carries, and that
+    cost bounds the accord mode's rate. So while :data:`BATCH_IN_FLIGHT_MAX` transactions are
+    in flight, further changes queue, and each transaction sent carries every queued change
+    that fits (limits above; mutated rows disjoint): one change alone when the gateway is
+    idle (no added latency), many under load. A batch is one transaction, so each change in
+    it is still all-or-nothing, and its conditions are its own: the batch's conditions are
+    the AND of all of them, each read on the state before the batch. A batch refused is
+    refused whole; each change then looks at its own conditions in what the batch read:
+    one of its own failed, it is refused (or repaired) as alone; none did, it is sent again
+    alone (:meth:`AccordChange.commit`). A batch the sidecars reject outright is sent again
+    change by change.
+    """
+
+    def __init__(self, gateway: AccordGateway) -> None:
+        self.gateway = gateway
+        self._queue: list[_Queued] = []
+        self._in_flight = 0
+        self._tasks: set[asyncio.Future[None]] = set()
+        self.batches = 0
+        self.batched_changes = 0
+
+    async def commit(self, change: AccordChange) -> tuple[AccordOutcome, bool]:
+        """The outcome of the transaction that carried ``change`` (its LETs under their own
+        names), and whether other changes shared it."""
+        shape = change.build_into(sidecar_client().Transaction(), "").request
+        loop = asyncio.get_running_loop()
+        queued = _Queued(
+            change,
+            loop.create_future(),
+            len(shape.lets),
+            len(shape.conditions),
+            len(shape.mutations),
+            frozenset(m.row.SerializeToString(deterministic=True) for m in shape.mutations),
+        )
+        self._queue.append(queued)
+        self._flush()
+        try:
+            outcome, batched = await asyncio.shield(queued.future)
+        except asyncio.CancelledError:
+            if queued in self._queue:
+                self._queue.remove(queued)
+            raise
+        if outcome is None:  # its batch was rejected as a whole: alone
+            return await self.gateway.transact(change._build), False
+        return outcome, batched
+
+    def _flush(self) -> None:
+        while self._queue and self._in_flight < BATCH_IN_FLIGHT_MAX:
+            batch = self._take()
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[_Queued]:
+        batch: list[_Queued] = []
+        lets = conditions = mutations = 0
+        rows: set[bytes] = set()
+        kept: list[_Queued] = []
+        for queued in self._queue:
+            fits = (
+                len(batch) < BATCH_CHANGES_MAX
+                and lets + queued.lets <= BATCH_LETS_MAX
+                and conditions + queued.conditions <= BATCH_CONDITIONS_MAX
+                and mutations + queued.mutations <= BATCH_MUTATIONS_MAX
+                and rows.isdisjoint(queued.rows)
+            )
+            if not fits and batch:
+                kept.append(queued)
+                continue
+            batch.append(queued)
+            lets += queued.lets
+            conditions += queued.conditions
+            mutations += queued.mutations
+            rows |= queued.rows
+        self._queue = kept
+        return batch
+
+    async def _send(self, batch: list[_Queued]) -> None:
+        try:
+            if len(batch) == 1:
+                outcome = await self.gateway.transact(batch[0].change._build)
+                _settle(batch[0].future, (outcome, False))
+                return
+
+            def build() -> Any:
+                txn = sidecar_client().Transaction()
+                for index, queued in enumerate(batch):
+                    queued.change.build_into(txn, f"c{index}_")
+                return txn
+
+            self.batches += 1
+            self.batched_changes += len(batch)
+            try:
+                outcome = await self.gateway.transact(build)
+            except AccordCommitError as error:
+                logger.info("a batch of %d changes was refused (%s); alone", len(batch), error)
+                for queued in batch:
+                    _settle(queued.future, (None, False))
+                return
+            for index, queued in enumerate(batch):
+                _settle(queued.future, (_view(outcome, f"c{index}_"), True))
+        except BaseException as error:
+            for queued in batch:
+                if not queued.future.done():
+                    queued.future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            self._in_flight -= 1
+            self._flush()
+
+
+def _settle(
+    future: asyncio.Future[tuple[AccordOutcome | None, bool]],
+    result: tuple[AccordOutcome | None, bool],
+) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _view(outcome: AccordOutcome, prefix: str) -> AccordOutcome:
+    """One change's share of a batch's outcome, its LETs under their own names."""
+    cut = len(prefix)
+    return AccordOutcome(
+        outcome.applied,
+        {name[cut:]: row for name, row in outcome.rows.items() if name.startswith(prefix)},
+        {name[cut:]: rows for name, rows in outcome.slices.items() if name.startswith(prefix)},
+        outcome.attempts,
+    )
+
+
+def batcher_of(gateway: AccordGateway) -> ChangeBatcher:
+    batcher = gateway.batcher
+    if batcher is None:
+        batcher = gateway.batcher = ChangeBatcher(gateway)
+    return batcher
 
 
 class ChangeRunner:
@@ -875,8 +1054,9 @@ def uuid_of(value: object) -> uuid.UUID:
 class AccordProtection(WriteProtection):
     """Execution markers through Accord: the STRICT lease is a conditional insert with a TTL
     (expiry judged as of each transaction's executeAt, so every replica agrees), its commit
-    a conditional update inside the step's state change; RELAXED_WITH_DEDUP commits
-    ``IF`` no marker exists, so of two duplicate runs exactly one records its result."""
+    a conditional update inside the step's state change; RELAXED_WITH_DEDUP writes COMMITTED
+    in the step's state change, whose tryout condition lets exactly one of two duplicate runs
+    record its result (alone, outside a change: ``IF`` no marker exists)."""
 
     def __init__(
         self,
@@ -981,10 +1161,26 @@ class AccordProtection(WriteProtection):
             raise
         for part in self._result_parts(result_writes(value)):
             await self.runner.submit(part)
-        await self.runner.submit(
-            self._marker_part(key, "no marker", expect=None, write=MarkerState.COMMITTED.value)
-        )
+        committed = MarkerState.COMMITTED.value
+        if current_change() is None:
+            await self.runner.submit(
+                self._marker_part(key, "no marker", expect=None, write=committed)
+            )
+        else:
+            # In the step's state change, whose tryout part appends at the index the history
+            # was read at [index free]: a second record of this invocation is refused by that
+            # condition already (every record writes marker and tryout in one transaction, and
+            # an index is written once), so the marker's own [no marker] would only add a read.
+            await self.runner.submit(self._marker_write(key, committed))
         return GuardResult(GuardOutcome.EXECUTED, value, mode)
+
+    def _marker_write(self, key: MarkerKey, state: str) -> Part:
+        ks, pk, step = self.keyspace, self._pk(key), (key.step_id,)
+
+        def build(txn: Any, tag: str) -> None:
+            txn.update(ks, MARKERS, pk, step, execution_state=state)
+
+        return Part(f"marker {state}", build)
 
     # STRICT: the base class's flow (WriteProtection._run_strict) with Accord's three steps.
 
@@ -997,8 +1193,20 @@ class AccordProtection(WriteProtection):
             self._marker_part(key, "lease still ours", expect=holder, write=target.value)
         )
 
+    async def _claim_epoch(
+        self, key: MarkerKey, range_epoch: int, fence: Callable[[], str | None] | None
+    ) -> None:
+        """No epoch row here: the step's state change carries the epoch condition itself
+        (:meth:`AccordEventStore.fence_part`)."""
+        return
+
     async def _commit_strict(
-        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
+        self,
+        key: MarkerKey,
+        holder: str,
+        policy: ProtectionPolicy,
+        writes: Sequence[Write],
+        range_epoch: int | None = None,
     ) -> None:
         """Into the step's state change: the result, and COMMITTED while the lease is ours.
         If the change is refused (a fence, say), none of it landed and this attempt will not

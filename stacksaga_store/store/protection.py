@@ -25,6 +25,21 @@ STRICT (Cassandra LWT, Paxos):
    both "committing". A retryable failure deletes the lease (``DELETE ... IF`` ours) so the retry
    need not wait for the TTL; a permanent failure rewrites it to ``FAILED``.
 
+Epoch fence (a Retry-Node's resume under a coordinator's lease, STRICT). The transaction's
+partition of es_execution_markers holds one more row, ``step_id`` :data:`EPOCH_ROW` (no
+step's id: those all end in ``:EXECUTE``/``:COMPENSATE``), whose state names the highest
+range-lease epoch any resume of this transaction has run under (``EPOCH:<20 digits>``, so
+text order is number order). After its marker lease is acquired and before the business logic
+runs, a fenced attempt *claims* the row: ``UPDATE ... IF execution_state <= <its epoch>``
+(``INSERT ... IF NOT EXISTS`` the first time). A row past its epoch means a node of a later
+epoch resumed the transaction, so the range moved: the attempt drops its marker lease, runs
+nothing and raises :class:`~stacksaga_store.errors.LeaseFenceRefusedError`, whatever its own
+lease clock says. Its commit is one conditional batch: the marker ``IF`` the lease is ours
+*and* the epoch row ``IF`` it still holds the attempt's epoch, so a commit sent after a later
+node claimed the transaction is refused too. What stays unfenced: the step's result writes
+(plain, before the commit, as above), and a node that pauses *after* its claim and before its
+business logic runs it once more (its commit is then refused).
+
 If the holder dies between 1 and 3, the lease expires after its TTL and the next delivery
 acquires it and completes the step. The result is written before the commit for the same
 reason: a marker is only ever COMMITTED after the result it vouches for is durable.
@@ -61,6 +76,7 @@ from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
 from stacksaga_store.errors import (
     LeaseBusyError,
     LeaseFencedError,
+    LeaseFenceRefusedError,
     LeaseLostError,
     StackSagaError,
     check_state,
@@ -70,6 +86,7 @@ from stacksaga_store.store.model import TransactionKey
 from stacksaga_store.store.states import LEASE_PREFIX, MarkerState
 
 __all__ = [
+    "EPOCH_ROW",
     "GuardOutcome",
     "GuardResult",
     "MarkerKey",
@@ -88,6 +105,18 @@ CONTENTION_RETRIES_MAX = 5
 CONTENTION_BACKOFF_SECONDS = (0.05, 0.25)
 # Cassandra expires a TTL at whole-second granularity; wait this much past the reported TTL.
 TTL_SLACK_SECONDS = 1.0
+# The marker partition's row naming the latest range-lease epoch a resume ran under (module
+# docstring, "Epoch fence"). No step's id: those always end in ":EXECUTE" or ":COMPENSATE".
+EPOCH_ROW = "range-epoch"
+EPOCH_PREFIX = "EPOCH:"
+EPOCH_DIGITS = 20
+CLAIM_ATTEMPTS_MAX = 4
+
+
+def epoch_text(epoch: int) -> str:
+    """An epoch as the epoch row stores it: fixed width, so text order is number order."""
+    check_state(0 <= epoch < 10**EPOCH_DIGITS, f"epoch {epoch} out of range")
+    return f"{EPOCH_PREFIX}{epoch:0{EPOCH_DIGITS}d}"
 
 
 class GuardOutcome(StrEnum):
@@ -198,6 +227,14 @@ class WriteProtection:
                 f"UPDATE {table} SET execution_state = ? WHERE {where} IF execution_state = ?",
                 StatementKind.LWT,
             ),
+            "claim": (
+                f"UPDATE {table} SET execution_state = ? WHERE {where} IF execution_state <= ?",
+                StatementKind.LWT,
+            ),
+            "create": (
+                f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS",
+                StatementKind.LWT,
+            ),
             "release": (
                 f"DELETE FROM {table} WHERE {where} IF execution_state = ?",
                 StatementKind.LWT,
@@ -233,6 +270,7 @@ class WriteProtection:
         result_writes: Callable[[T], Sequence[Write]],
         is_final_failure: Callable[[Exception], bool],
         fence: Callable[[], str | None] | None = None,
+        epoch: int | None = None,
     ) -> GuardResult[T]:
         """Run ``action`` unless the marker says the invocation is done.
 
@@ -248,10 +286,15 @@ class WriteProtection:
         nothing, drops its marker lease and gets :class:`LeaseLostError`. The check is on the
         node's own lease clock (the coordinator hands the range on only after that lease ended,
         plus a margin); a commit sent after a new holder took the marker is refused by the IF.
+
+        ``epoch`` (the lease's epoch, when the coordinator persists it): STRICT claims the
+        transaction's epoch row for it before the step runs and commits only while the row
+        still holds it (module docstring, "Epoch fence"); a later epoch's claim refuses the
+        attempt with :class:`LeaseFenceRefusedError`.
         """
         if policy.mode is ConsistencyMode.STRICT:
             return await self._run_strict(
-                key, policy, action, result_writes, is_final_failure, fence
+                key, policy, action, result_writes, is_final_failure, fence, epoch
             )
         return await self._run_relaxed(key, action, result_writes, is_final_failure)
 
@@ -320,12 +363,19 @@ class WriteProtection:
         result_writes: Callable[[T], Sequence[Write]],
         is_final_failure: Callable[[Exception], bool],
         fence: Callable[[], str | None] | None = None,
+        range_epoch: int | None = None,
     ) -> GuardResult[T]:
         mode = ConsistencyMode.STRICT
         holder, epoch = strict_holder(key, fence)
         final, waits = await self._acquire(key, holder, policy)
         if final is not None:
             return GuardResult(_SKIP[final], None, mode, waits)
+        if range_epoch is not None:
+            try:
+                await self._claim_epoch(key, range_epoch, fence)
+            except LeaseFencedError:
+                await self._after_failure(key, holder, None)
+                raise
         try:
             value = await action()
         except Exception as error:
@@ -336,20 +386,120 @@ class WriteProtection:
         if moved is not None:
             await self._after_failure(key, holder, None)
             raise moved
-        await self._commit_strict(key, holder, policy, result_writes(value))
+        await self._commit_strict(key, holder, policy, result_writes(value), range_epoch)
         return GuardResult(GuardOutcome.EXECUTED, value, mode, waits)
 
     async def _commit_strict(
-        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, writes: Sequence[Write]
+        self,
+        key: MarkerKey,
+        holder: str,
+        policy: ProtectionPolicy,
+        writes: Sequence[Write],
+        range_epoch: int | None = None,
     ) -> None:
-        """The step's result, then our lease rewritten to COMMITTED if it is still ours."""
+        """The step's result, then our lease rewritten to COMMITTED if it is still ours (and,
+        fenced, while the epoch row still holds our epoch: one conditional batch)."""
         for prepared, params in writes:
             await self.cql.execute(prepared, params)
+        if range_epoch is not None:
+            await self._commit_fenced(key, holder, policy, range_epoch)
+            return
         if not await self._finish(key, holder, MarkerState.COMMITTED):
             raise LeaseLostError(
                 f"{key.transaction} step {key.step_id}: the lease expired before the commit "
                 f"(lease {policy.lease_seconds}s); another worker may have run it too"
             )
+
+    # -- the epoch fence (module docstring) ----------------------------------------------------
+
+    async def _claim_epoch(
+        self, key: MarkerKey, range_epoch: int, fence: Callable[[], str | None] | None
+    ) -> None:
+        """Raise the transaction's epoch row to ``range_epoch``, or refuse the attempt if a
+        later epoch claimed it (:class:`LeaseFenceRefusedError`). Checks the local lease once
+        more first: the claim is the last check before the business logic runs."""
+        if fence is not None and fence() is None:
+            raise LeaseFencedError(f"{key.transaction} step {key.step_id}: range lease gone")
+        row = MarkerKey(key.transaction, EPOCH_ROW).params()
+        mine = epoch_text(range_epoch)
+        for _ in range(CLAIM_ATTEMPTS_MAX):
+            try:
+                rows = await self._with_contention_retries(
+                    self._statement("claim"), [mine, *row, mine]
+                )
+            except StoreUnavailableError as exc:
+                if not exc.outcome_unknown:
+                    raise
+                rows = [{"[applied]": False, "execution_state": await self._epoch_state(key)}]
+            if rows[0]["[applied]"]:
+                return
+            current = rows[0].get("execution_state")
+            if current is None:
+                # No row yet (the transaction's first fenced attempt): create it.
+                try:
+                    created = await self._with_contention_retries(
+                        self._statement("create"), [*row, mine]
+                    )
+                except StoreUnavailableError as exc:
+                    if not exc.outcome_unknown:
+                        raise
+                    created = [{"[applied]": await self._epoch_state(key) == mine}]
+                if created[0]["[applied]"]:
+                    return
+                continue  # created meanwhile by another attempt: compare again
+            if str(current) == mine:
+                return  # a timed-out claim of ours (or an equal epoch's) that applied
+            if str(current) > mine:
+                raise LeaseFenceRefusedError(
+                    f"{key.transaction} step {key.step_id}: resumed under range lease epoch "
+                    f"{current.removeprefix(EPOCH_PREFIX).lstrip('0') or '0'} since; this "
+                    f"attempt's epoch {range_epoch} is over, the step is not run"
+                )
+        raise StoreUnavailableError(
+            f"{key.transaction}: epoch row not claimed after {CLAIM_ATTEMPTS_MAX} attempts",
+            outcome_unknown=False,
+        )
+
+    async def _epoch_state(self, key: MarkerKey) -> str | None:
+        current = await self._inspect(MarkerKey(key.transaction, EPOCH_ROW))
+        return None if current is None else current.state
+
+    async def _commit_fenced(
+        self, key: MarkerKey, holder: str, policy: ProtectionPolicy, range_epoch: int
+    ) -> None:
+        """COMMITTED ``IF`` the lease is ours and the epoch row still holds our epoch."""
+        finish = self._statement("finish")
+        mine = epoch_text(range_epoch)
+        batch = [
+            (finish, [MarkerState.COMMITTED.value, *key.params(), holder]),
+            (finish, [mine, *MarkerKey(key.transaction, EPOCH_ROW).params(), mine]),
+        ]
+        try:
+            rows = await self.cql.execute_lwt_batch(batch)
+        except StoreUnavailableError as exc:
+            if not exc.outcome_unknown:
+                raise
+            # Resolved by the marker (a SERIAL read finishes the round): COMMITTED means the
+            # batch applied, both conditions with it.
+            current = await self._inspect(key)
+            if current is not None and current.state == MarkerState.COMMITTED.value:
+                return
+            rows = [{"[applied]": False}]
+        if rows and rows[0].get("[applied]"):
+            return
+        states = {row.get("step_id"): row.get("execution_state") for row in rows}
+        epoch_now = states.get(EPOCH_ROW)
+        if epoch_now is not None and str(epoch_now) != mine:
+            await self._after_failure(key, holder, None)
+            raise LeaseFenceRefusedError(
+                f"{key.transaction} step {key.step_id}: a resume under a later range lease "
+                f"epoch ({epoch_now}) claimed the transaction while the step ran "
+                f"(epoch {range_epoch}); not committed"
+            )
+        raise LeaseLostError(
+            f"{key.transaction} step {key.step_id}: the lease expired before the commit "
+            f"(lease {policy.lease_seconds}s); another worker may have run it too"
+        )
 
     async def _acquire(
         self, key: MarkerKey, holder: str, policy: ProtectionPolicy

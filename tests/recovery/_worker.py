@@ -115,10 +115,13 @@ def fenced_saga(log: str, node_id: str, after_a: Any = None, b_seconds: float = 
 class PauseAtStepBoundary:
     """A lease source proxy: once ``arm()`` ran, the next lease check made by the orchestrator
     between two steps (``Orchestrator._drive``) SIGSTOPs this process, so the test controls
-    the pause point exactly: after step a committed, before step b."""
+    the pause point exactly: after step a committed, before step b. ``pause_in``
+    ``_claim_epoch``: the check write protection makes after b's STRICT marker lease was
+    acquired, just before it claims the transaction's epoch row (ordered mode)."""
 
-    def __init__(self, inner: Any, frozen_clock: bool = False) -> None:
+    def __init__(self, inner: Any, frozen_clock: bool = False, pause_in: str = "_drive") -> None:
         self.inner = inner
+        self.pause_in = pause_in
         self.armed = False
         # frozen_clock: after the pause, the lease seen before it and a monotonic clock that
         # stood still meanwhile (a suspended VM's), so only the epoch row can tell it moved.
@@ -134,7 +137,7 @@ class PauseAtStepBoundary:
 
     def current(self) -> Any:
         # current() <- LeaseFence.token() <- Orchestrator._drive
-        if self.armed and sys._getframe(2).f_code.co_name == "_drive":
+        if self.armed and sys._getframe(2).f_code.co_name == self.pause_in:
             self.armed = False
             before, lease = float(self.inner.monotonic()), self.inner.current()
             os.kill(os.getpid(), signal.SIGSTOP)
@@ -149,6 +152,13 @@ class PauseAtStepBoundary:
 
     def note_in_flight(self, count: int) -> None:
         self.inner.note_in_flight(count)
+
+    def drop(self, epoch: int) -> None:
+        # The store refused the epoch: the node knows now, whatever its stopped clock says.
+        self.frozen = None
+        drop = getattr(self.inner, "drop", None)
+        if callable(drop):
+            drop(epoch)
 
 
 def bulk_saga(log: str) -> Saga:
@@ -206,7 +216,9 @@ async def main(job: dict[str, Any]) -> None:
                 service_name=settings.instance.service_name,
             )
             client.start()
-            pausing = PauseAtStepBoundary(client, bool(job.get("frozen_clock")))
+            pausing = PauseAtStepBoundary(
+                client, bool(job.get("frozen_clock")), job.get("pause_in", "_drive")
+            )
             saga = fenced_saga(job["log"], job["node_id"], pausing.arm)
             node = engine.retry_node(
                 engine.orchestrator(sagas=[saga]), pausing, node_id=job["node_id"]

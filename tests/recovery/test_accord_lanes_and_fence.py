@@ -6,6 +6,7 @@ Real Cassandra and three sidecars (the session's ``accord_sidecars``).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
@@ -13,16 +14,17 @@ import pytest
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import load_settings
+from stacksaga_store.errors import LeaseFenceRefusedError
 from stacksaga_store.recovery.directory import DirectoryScope
 from stacksaga_store.recovery.engine import RecoveryEngine
 from stacksaga_store.recovery.retry_node import LeaseFence
 from stacksaga_store.ring.leases import StaticLeaseSource, ring_row_name
 from stacksaga_store.saga.definition import Saga, Step, StepContext
-from stacksaga_store.saga.orchestrator import DeliveryOutcome
+from stacksaga_store.saga.orchestrator import DeliveryOutcome, StepEvent
 from stacksaga_store.saga.runtime import open_runtime
 from stacksaga_store.store.model import FencingRow
 from stacksaga_store.store.protection import MarkerKey
-from stacksaga_store.store.states import ExecutionType, RunningStatus, step_id
+from stacksaga_store.store.states import ExecutionType, RunningStatus, TryoutStatus, step_id
 from tests.recovery.conftest import T0, StackFactory, accord_recovery, recovery_overrides
 from tests.recovery.test_commit_modes import DELAY, MINUTE, Steps, settled_dump, status_of
 from tests.stacksaga.conftest import run
@@ -73,12 +75,16 @@ class PlantedFence:
 
     def __init__(self, row: FencingRow) -> None:
         self.row = row
+        self.refusals = 0
 
     def token(self) -> str | None:
-        return f"e{self.row.epoch}"
+        return None if self.refusals else f"e{self.row.epoch}"
 
     def fencing_row(self) -> FencingRow | None:
         return self.row
+
+    def refused(self) -> None:
+        self.refusals += 1
 
 
 def _two_steps(effects: Counter[str]) -> Saga:
@@ -124,8 +130,11 @@ def test_a_dispatch_whose_epoch_row_moved_on_writes_nothing(
                 (instance.region, instance.cluster, name),
             )
             stale = PlantedFence(FencingRow(instance.region, instance.cluster, name, 1))
-            outcome = await orchestrator.resume(txn, fence=stale)
-            assert outcome.stopped_by is DeliveryOutcome.LEASE_LOST, outcome
+            # The refusal ends the lease, not just the step: the fence is told, the resume
+            # stops with an error that says the lease is lost for good.
+            with pytest.raises(LeaseFenceRefusedError):
+                await orchestrator.resume(txn, fence=stale)
+            assert stale.refusals == 1
             assert effects == Counter({"a": 1}), "b ran after a's outcome was refused"
             view = await orchestrator.read(txn)
             assert view.status is RunningStatus.STARTED, "the stale holder wrote its status"
@@ -162,3 +171,51 @@ def test_only_a_coordinators_lease_names_an_epoch_row() -> None:
         assert lease is not None
         assert LeaseFence(leases, lease, scope).fencing_row() == expected
         assert LeaseFence(leases, lease).fencing_row() is None
+
+
+def test_two_relaxed_runs_of_one_step_record_it_once(
+    open_stack: StackFactory, accord_sidecars: list[str]
+) -> None:
+    """RELAXED_WITH_DEDUP in the accord mode: two deliveries of one step, both past the
+    marker check and both inside the step at once, both run it (the mode's trade-off); of
+    their two step changes exactly one commits. The COMMITTED marker is written without a
+    condition of its own: the tryout's [index free] refuses the second record."""
+    runs: Counter[str] = Counter()
+    inside = asyncio.Event()
+    both_in = asyncio.Event()
+
+    async def both_at_once(ctx: StepContext) -> None:
+        runs["a"] += 1
+        if runs["a"] == 2:
+            both_in.set()
+        inside.set()
+        await asyncio.wait_for(both_in.wait(), 60)
+
+    async def second(ctx: StepContext) -> None:
+        runs["b"] += 1
+
+    saga = Saga("dup", (Step("a", both_at_once), Step("b", second)))
+
+    async def body() -> None:
+        async with open_stack(**accord_recovery(accord_sidecars)) as stack:
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            txn = await orchestrator.create(saga, {})
+            event = StepEvent(txn, "a")
+            outcomes = await asyncio.gather(
+                orchestrator.deliver(event), orchestrator.deliver(event)
+            )
+            assert runs == Counter({"a": 2}), runs
+            assert sorted(outcomes) == sorted(
+                [DeliveryOutcome.EXECUTED, DeliveryOutcome.LEASE_LOST]
+            ), outcomes
+            view = await orchestrator.read(txn)
+            recorded = [(t.executor, t.status) for t in view.tryouts]
+            assert recorded == [("a", TryoutStatus.SUCCESS)], recorded
+            assert view.status is RunningStatus.IN_PROGRESS
+            marker = MarkerKey(view.key, step_id("a", ExecutionType.EXECUTE))
+            assert await stack.runtime.protection._marker(marker) == "COMMITTED"  # type: ignore[attr-defined]
+            # A later delivery skips it: the history says a is done.
+            assert await orchestrator.deliver(event) is DeliveryOutcome.STALE
+            assert runs["a"] == 2
+
+    run(body())

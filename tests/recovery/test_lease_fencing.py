@@ -78,6 +78,9 @@ class CountdownFence:
     def fencing_row(self) -> None:
         return None
 
+    def refused(self) -> None:
+        raise AssertionError("no epoch row: nothing can refuse this fence")
+
 
 def _settings(service: str, mode: str, lease: str = "5s") -> Any:
     overrides = recovery_overrides(service)

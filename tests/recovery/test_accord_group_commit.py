@@ -1,0 +1,99 @@
+"""Group commit of the accord mode's state changes (accord_store.ChangeBatcher): concurrent
+changes of one process share Accord transactions, and each stays whole and keeps its own
+conditions (real Cassandra + the session's 3 sidecars)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+
+import pytest
+
+from stacksaga_store.recovery.directory import DirectoryScope
+from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.store.accord_store import StateChangeConflict
+from stacksaga_store.store.states import RunningStatus
+from tests.recovery.conftest import StackFactory, accord_recovery
+from tests.recovery.test_commit_modes import settled_dump, status_of
+from tests.stacksaga.conftest import run
+
+pytestmark = pytest.mark.cassandra
+
+STARTS = 48
+
+
+def _saga(runs: Counter[str]) -> Saga:
+    async def work(ctx: StepContext) -> None:
+        runs[str(ctx.transaction_id)] += 1
+
+    return Saga("grouped", (Step("work", work),))
+
+
+def test_concurrent_state_changes_share_transactions_and_each_stays_whole(
+    open_stack: StackFactory, accord_sidecars: list[str]
+) -> None:
+    """48 starts at once, then 48 whole sagas at once: fewer Accord transactions than state
+    changes, and every saga's rows are all there (es_transaction, its watchdog; completed:
+    the watchdog gone, the step run once)."""
+    runs: Counter[str] = Counter()
+    saga = _saga(runs)
+
+    async def body() -> None:
+        async with open_stack(**accord_recovery(accord_sidecars)) as stack:
+            gateway = stack.engine.gateway
+            assert gateway is not None
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            # Steady state first: each write lane's bucket registered (Tiers 1-4) once. Its
+            # first starts write rows every lane shares, so they cannot share a transaction.
+            for _ in stack.engine.writer.instance_ids:
+                await orchestrator.create(saga, {})
+            before = gateway.transactions
+            created = await asyncio.gather(*(orchestrator.create(saga, {}) for _ in range(STARTS)))
+            assert gateway.transactions - before < STARTS, "no two starts shared a transaction"
+            assert gateway.batcher is not None and gateway.batcher.batches >= 1
+            for txn in created:
+                assert await status_of(stack, txn) is RunningStatus.STARTED
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            dump = await settled_dump(
+                stack, scope, lambda d: set(created) <= set(d.tier5_transactions(odd=True))
+            )
+            assert set(created) <= set(dump.tier5_transactions(odd=True))
+            before = gateway.transactions
+            outcomes = await asyncio.gather(*(orchestrator.start(saga, {}) for _ in range(STARTS)))
+            assert gateway.transactions - before < 2 * STARTS
+            done = {o.transaction_id for o in outcomes}
+            assert all(o.status is RunningStatus.PROCESS_COMPLETED for o in outcomes)
+            assert Counter(runs[str(t)] for t in done) == Counter({1: STARTS})
+            dump = await settled_dump(
+                stack, scope, lambda d: not done & set(d.tier5_transactions(odd=True))
+            )
+            assert not done & set(dump.tier5_transactions(odd=True)), "a watchdog stayed"
+
+    run(body())
+
+
+def test_a_change_refused_in_a_batch_does_not_take_the_others_with_it(
+    open_stack: StackFactory, accord_sidecars: list[str]
+) -> None:
+    """Two of 24 concurrent starts name the same transaction id: exactly one of those two is
+    refused (es_transaction absent); the 23 others commit, including those that shared a
+    refused batch (sent again alone)."""
+    saga = _saga(Counter())
+    twice = uuid.uuid4()
+
+    async def body() -> None:
+        async with open_stack(**accord_recovery(accord_sidecars)) as stack:
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            ids = [twice if i in (5, 17) else uuid.uuid4() for i in range(24)]
+            results = await asyncio.gather(
+                *(orchestrator.create(saga, {"i": i}, transaction_id=t) for i, t in enumerate(ids)),
+                return_exceptions=True,
+            )
+            refused = [r for r in results if isinstance(r, BaseException)]
+            assert len(refused) == 1 and isinstance(refused[0], StateChangeConflict), results
+            assert sorted(r for r in results if isinstance(r, uuid.UUID)) == sorted(set(ids))
+            for txn in set(ids):
+                assert await status_of(stack, txn) is RunningStatus.STARTED
+
+    run(body())
