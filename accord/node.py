@@ -396,7 +396,8 @@ class Node:
         while True:
             if self._local:
                 self._drain_local()
-            self._after_applied()
+            if store.to_apply or store.written or store.applied_ids:
+                self._after_applied()
             if store.read_replies:
                 for txn_id, reader_node, reader_cid in store.read_replies:
                     command = store.commands[txn_id]
@@ -429,7 +430,8 @@ class Node:
         if store.data_writes:
             ready.writes.extend(store.data_writes)
             store.data_writes = []
-        self._answer_waiting_clients()
+        if store.changed:
+            self._answer_waiting_clients()
         self._ready = Ready([], [], [], [], [])
         self._outstanding = ready
         return ready

@@ -265,11 +265,14 @@ def value_size(value: Value) -> int:
     if type(value) is bytes:
         return 5 + len(value)
     if type(value) is tuple:
-        # A loop, not a generator of recursive calls: list-append reads size long tuples of
-        # ints, which was a tenth of the simulator's CPU.
-        size = 5
-        for item in value:
-            size += 9 if type(item) is int else value_size(item)
+        # List-append reads size long tuples of ints, once a tenth of the simulator's CPU:
+        # count the ints in C (bool is not int here: type() is exact) and walk the rest.
+        ints = list(map(type, value)).count(int)
+        size = 5 + 9 * ints
+        if ints != len(value):
+            for item in value:
+                if type(item) is not int:
+                    size += value_size(item)
         return size
     return 5 + len(repr(value))
 
