@@ -223,11 +223,12 @@ class Cluster:
                 return True
             if queue[0][0] > deadline_micros:
                 break
-            time, _, kind, envelope = heappop(queue)
+            time, _, kind, payload = heappop(queue)
             self.now = time
             if kind != "deliver":
-                self._dispatch(kind, envelope)
+                self._dispatch(kind, payload)
                 continue
+            envelope: Envelope = payload
             # Most events are deliveries: _deliver inline, one call fewer per message.
             src, dest = envelope.src, envelope.dest
             if self.blocked and (src, dest) in self.blocked:
