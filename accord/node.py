@@ -73,6 +73,15 @@ from accord.primitives import (
 from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
+# Enum members looked up once: a class attribute costs more than the checks using them.
+_OUTCOME_APPLIED = Outcome.APPLIED
+_OUTCOME_INVALIDATED = Outcome.INVALIDATED
+_OUTCOME_RETRY = Outcome.RETRY
+_PHASE_DONE = Phase.DONE
+_STATUS_ACCEPTED_INVALIDATE = Status.ACCEPTED_INVALIDATE
+_STATUS_APPLIED = Status.APPLIED
+_STATUS_INVALIDATED = Status.INVALIDATED
+_STATUS_PRE_APPLIED = Status.PRE_APPLIED
 
 
 def _txn_id_of(command: Command) -> TxnId:
@@ -407,7 +416,7 @@ class Node:
                     result = check_not_none(
                         command.result, "read reply for %s without result", txn_id
                     )
-                    chosen = command.chosen or command.status is Status.APPLIED
+                    chosen = command.chosen or command.status is _STATUS_APPLIED
                     self._send(
                         reader_node,
                         ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
@@ -511,7 +520,7 @@ class Node:
         )
         if isinstance(applied, Refused):
             return self._nack(body.cid, body.txn_id, applied)
-        if store.commands[body.txn_id].status is Status.APPLIED:
+        if store.commands[body.txn_id].status is _STATUS_APPLIED:
             return ApplyOk(body.cid, body.txn_id, applied=True)
         # Journaled (the journal takes it before this reply leaves); a second ApplyOk
         # follows once the writes are in the data store.
@@ -609,9 +618,9 @@ class Node:
         return coordinator
 
     def finished(self, coordinator: TransactionCoordinator, outcome: Outcome) -> None:
-        if outcome is Outcome.INVALIDATED:
+        if outcome is _OUTCOME_INVALIDATED:
             self.stats.invalidations += 1
-        if outcome is Outcome.RETRY:
+        if outcome is _OUTCOME_RETRY:
             # Recovery waits for these earlier proposals to be decided: let the progress log
             # take them up at its next scan instead of after their own idle delay.
             for txn_id in coordinator.wait_for:
@@ -621,9 +630,9 @@ class Node:
         request = self._clients.get(coordinator.txn_id)
         if request is None:
             return
-        if outcome is Outcome.APPLIED:
+        if outcome is _OUTCOME_APPLIED:
             self._reply(request, "ok", coordinator.result)
-        elif outcome is Outcome.INVALIDATED:
+        elif outcome is _OUTCOME_INVALIDATED:
             self._reply(request, "invalidated", None)
         # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
 
@@ -634,12 +643,12 @@ class Node:
             self.stats.slow_path += 1
 
     def _purge_done(self) -> None:
-        for cid in [c for c, co in self._coordinators.items() if co.phase is Phase.DONE]:
+        for cid in [c for c, co in self._coordinators.items() if co.phase is _PHASE_DONE]:
             coordinator = self._coordinators.pop(cid)
             self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
                 del self._coordinating[coordinator.txn_id]
-            if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
+            if coordinator.outcome is _OUTCOME_RETRY and coordinator.invalidations:
                 self._learn(coordinator)
 
     def _learn(self, coordinator: TransactionCoordinator) -> None:
@@ -677,11 +686,11 @@ class Node:
             if request is None or txn_id in self._coordinating:
                 continue
             command = self.store.commands[txn_id]
-            if command.status is Status.INVALIDATED:
+            if command.status is _STATUS_INVALIDATED:
                 self._reply(request, "invalidated", None)
             elif (
-                command.status is Status.APPLIED
-                or (command.status is Status.PRE_APPLIED and command.chosen)
+                command.status is _STATUS_APPLIED
+                or (command.status is _STATUS_PRE_APPLIED and command.chosen)
             ) and command.result is not None:
                 # Only a chosen outcome: one merely proposed may yet be replaced.
                 self._reply(request, "ok", command.result)
@@ -722,7 +731,7 @@ class Node:
                 # and are taken up here themselves.
                 continue
             home = command.route is not None and self.store.owns(command.route.home_key)
-            if command.status is Status.PRE_APPLIED and command.chosen:
+            if command.status is _STATUS_PRE_APPLIED and command.chosen:
                 # Chosen and executable, so only the shared store's writer is awaited. Its
                 # write may just be slow: taking over early costs a second write (a quick
                 # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
@@ -741,7 +750,7 @@ class Node:
             # Without the txn, chase it only through a key: when something here waits on
             # it, or when this replica holds an invalidation proposal for it.
             chase = self.store.is_blocking(command.txn_id) or (
-                command.status is Status.ACCEPTED_INVALIDATE
+                command.status is _STATUS_ACCEPTED_INVALIDATE
             )
             if not recover and (hint is None or not chase):
                 continue
