@@ -74,13 +74,9 @@ from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
 # Enum members looked up once: a class attribute costs more than the checks using them.
-_OUTCOME_APPLIED = Outcome.APPLIED
-_OUTCOME_INVALIDATED = Outcome.INVALIDATED
-_OUTCOME_RETRY = Outcome.RETRY
 _PHASE_DONE = Phase.DONE
 _STATUS_ACCEPTED_INVALIDATE = Status.ACCEPTED_INVALIDATE
 _STATUS_APPLIED = Status.APPLIED
-_STATUS_INVALIDATED = Status.INVALIDATED
 _STATUS_PRE_APPLIED = Status.PRE_APPLIED
 
 
@@ -618,9 +614,9 @@ class Node:
         return coordinator
 
     def finished(self, coordinator: TransactionCoordinator, outcome: Outcome) -> None:
-        if outcome is _OUTCOME_INVALIDATED:
+        if outcome is Outcome.INVALIDATED:
             self.stats.invalidations += 1
-        if outcome is _OUTCOME_RETRY:
+        if outcome is Outcome.RETRY:
             # Recovery waits for these earlier proposals to be decided: let the progress log
             # take them up at its next scan instead of after their own idle delay.
             for txn_id in coordinator.wait_for:
@@ -630,9 +626,9 @@ class Node:
         request = self._clients.get(coordinator.txn_id)
         if request is None:
             return
-        if outcome is _OUTCOME_APPLIED:
+        if outcome is Outcome.APPLIED:
             self._reply(request, "ok", coordinator.result)
-        elif outcome is _OUTCOME_INVALIDATED:
+        elif outcome is Outcome.INVALIDATED:
             self._reply(request, "invalidated", None)
         # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
 
@@ -648,7 +644,7 @@ class Node:
             self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
                 del self._coordinating[coordinator.txn_id]
-            if coordinator.outcome is _OUTCOME_RETRY and coordinator.invalidations:
+            if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
                 self._learn(coordinator)
 
     def _learn(self, coordinator: TransactionCoordinator) -> None:
@@ -686,11 +682,11 @@ class Node:
             if request is None or txn_id in self._coordinating:
                 continue
             command = self.store.commands[txn_id]
-            if command.status is _STATUS_INVALIDATED:
+            if command.status is Status.INVALIDATED:
                 self._reply(request, "invalidated", None)
             elif (
-                command.status is _STATUS_APPLIED
-                or (command.status is _STATUS_PRE_APPLIED and command.chosen)
+                command.status is Status.APPLIED
+                or (command.status is Status.PRE_APPLIED and command.chosen)
             ) and command.result is not None:
                 # Only a chosen outcome: one merely proposed may yet be replaced.
                 self._reply(request, "ok", command.result)
