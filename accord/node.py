@@ -73,6 +73,11 @@ from accord.primitives import (
 from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
+# Enum members looked up once: a class attribute costs more than the checks using them.
+_PHASE_DONE = Phase.DONE
+_STATUS_ACCEPTED_INVALIDATE = Status.ACCEPTED_INVALIDATE
+_STATUS_APPLIED = Status.APPLIED
+_STATUS_PRE_APPLIED = Status.PRE_APPLIED
 
 
 def _txn_id_of(command: Command) -> TxnId:
@@ -396,7 +401,8 @@ class Node:
         while True:
             if self._local:
                 self._drain_local()
-            self._after_applied()
+            if store.to_apply or store.written or store.applied_ids:
+                self._after_applied()
             if store.read_replies:
                 for txn_id, reader_node, reader_cid in store.read_replies:
                     command = store.commands[txn_id]
@@ -406,7 +412,7 @@ class Node:
                     result = check_not_none(
                         command.result, "read reply for %s without result", txn_id
                     )
-                    chosen = command.chosen or command.status is Status.APPLIED
+                    chosen = command.chosen or command.status is _STATUS_APPLIED
                     self._send(
                         reader_node,
                         ReadRedundant(reader_cid, txn_id, done, result, command.accepted, chosen),
@@ -429,7 +435,8 @@ class Node:
         if store.data_writes:
             ready.writes.extend(store.data_writes)
             store.data_writes = []
-        self._answer_waiting_clients()
+        if store.changed:
+            self._answer_waiting_clients()
         self._ready = Ready([], [], [], [], [])
         self._outstanding = ready
         return ready
@@ -509,7 +516,7 @@ class Node:
         )
         if isinstance(applied, Refused):
             return self._nack(body.cid, body.txn_id, applied)
-        if store.commands[body.txn_id].status is Status.APPLIED:
+        if store.commands[body.txn_id].status is _STATUS_APPLIED:
             return ApplyOk(body.cid, body.txn_id, applied=True)
         # Journaled (the journal takes it before this reply leaves); a second ApplyOk
         # follows once the writes are in the data store.
@@ -632,7 +639,7 @@ class Node:
             self.stats.slow_path += 1
 
     def _purge_done(self) -> None:
-        for cid in [c for c, co in self._coordinators.items() if co.phase is Phase.DONE]:
+        for cid in [c for c, co in self._coordinators.items() if co.phase is _PHASE_DONE]:
             coordinator = self._coordinators.pop(cid)
             self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
@@ -720,7 +727,7 @@ class Node:
                 # and are taken up here themselves.
                 continue
             home = command.route is not None and self.store.owns(command.route.home_key)
-            if command.status is Status.PRE_APPLIED and command.chosen:
+            if command.status is _STATUS_PRE_APPLIED and command.chosen:
                 # Chosen and executable, so only the shared store's writer is awaited. Its
                 # write may just be slow: taking over early costs a second write (a quick
                 # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
@@ -739,7 +746,7 @@ class Node:
             # Without the txn, chase it only through a key: when something here waits on
             # it, or when this replica holds an invalidation proposal for it.
             chase = self.store.is_blocking(command.txn_id) or (
-                command.status is Status.ACCEPTED_INVALIDATE
+                command.status is _STATUS_ACCEPTED_INVALIDATE
             )
             if not recover and (hint is None or not chase):
                 continue

@@ -17,6 +17,11 @@ class Progress(enum.Enum):
     FAILED = "failed"
 
 
+_FAILED = Progress.FAILED
+_PENDING = Progress.PENDING
+_SUCCESS = Progress.SUCCESS
+
+
 class QuorumTracker:
     """A simple (slow) quorum in every shard."""
 
@@ -52,13 +57,13 @@ class QuorumTracker:
             if len(successes[i]) < shards[i].slow_quorum:
                 break
         else:
-            return Progress.SUCCESS
+            return _SUCCESS
         failures = self.failures
         for i in range(len(shards)):
             shard = shards[i]
             if len(failures[i]) > len(shard.replicas) - shard.slow_quorum:
-                return Progress.FAILED
-        return Progress.PENDING
+                return _FAILED
+        return _PENDING
 
     def responded(self) -> set[int]:
         return set().union(*self.successes, *self.failures)

@@ -117,6 +117,25 @@ class Phase(enum.Enum):
     DONE = 9
 
 
+# Enum members looked up once: a class attribute costs more than the check using it, and
+# these run on every reply.
+_OUTCOME_APPLIED = Outcome.APPLIED
+_OUTCOME_INVALIDATED = Outcome.INVALIDATED
+_OUTCOME_RETRY = Outcome.RETRY
+_OUTCOME_UNKNOWN = Outcome.UNKNOWN
+_PHASE_ACCEPT = Phase.ACCEPT
+_PHASE_ACCEPT_INVALIDATE = Phase.ACCEPT_INVALIDATE
+_PHASE_BEGIN_INVALIDATION = Phase.BEGIN_INVALIDATION
+_PHASE_COMMIT = Phase.COMMIT
+_PHASE_DONE = Phase.DONE
+_PHASE_EXECUTE = Phase.EXECUTE
+_PHASE_PERSIST = Phase.PERSIST
+_PHASE_PREACCEPT = Phase.PREACCEPT
+_PHASE_RECOVER = Phase.RECOVER
+_PROGRESS_SUCCESS = Progress.SUCCESS
+_STATUS_INVALIDATED = Status.INVALIDATED
+
+
 @dataclass(slots=True)
 class _Pending:
     """A request awaiting replies, re-sent to whoever has not answered."""
@@ -146,7 +165,7 @@ class TransactionCoordinator:
         self.txn = txn
         self.route = route
         self.ballot = ballot
-        self.phase = Phase.PREACCEPT
+        self.phase = _PHASE_PREACCEPT
         self.pending: _Pending | None = None
         self.shards: tuple[Shard, ...] = host.topology.shards_for(route.keys) if route else ()
         self.nodes: tuple[int, ...] = host.topology.replicas_of(route.keys) if route else ()
@@ -186,14 +205,14 @@ class TransactionCoordinator:
             self.shards, slow_quorum_suffices=self.host.fast_quorum_is_slow_quorum
         )
         self._broadcast(
-            Phase.PREACCEPT, PreAccept(self.cid, self.txn_id, self.txn, self.route), self.nodes
+            _PHASE_PREACCEPT, PreAccept(self.cid, self.txn_id, self.txn, self.route), self.nodes
         )
 
     def start_recovery(self) -> None:
         assert self.txn is not None and self.route is not None
         self.quorum = QuorumTracker(self.shards)
         body = BeginRecovery(self.cid, self.txn_id, self.txn, self.route, self.ballot)
-        self._broadcast(Phase.RECOVER, body, self.nodes)
+        self._broadcast(_PHASE_RECOVER, body, self.nodes)
 
     def start_persist(
         self,
@@ -220,7 +239,7 @@ class TransactionCoordinator:
         self.nodes = shard.replicas
         self.quorum = QuorumTracker(self.shards)
         self._broadcast(
-            Phase.BEGIN_INVALIDATION,
+            _PHASE_BEGIN_INVALIDATION,
             BeginInvalidation(self.cid, self.txn_id, self.ballot),
             self.nodes,
         )
@@ -238,33 +257,33 @@ class TransactionCoordinator:
             self.pending.waiting.discard(node)
 
     def _finish(self, outcome: Outcome) -> None:
-        if self.phase is Phase.DONE:
+        if self.phase is _PHASE_DONE:
             return
-        self.phase = Phase.DONE
+        self.phase = _PHASE_DONE
         self.pending = None
         self.outcome = outcome
         self.host.finished(self, outcome)
 
     def on_tick(self) -> None:
         pending = self.pending
-        if pending is None or self.phase is Phase.DONE:
+        if pending is None or self.phase is _PHASE_DONE:
             return
         now = self.host.now()
         if now - pending.sent_micros < self._retry_interval(pending.attempts):
             return
-        if self.phase is Phase.PREACCEPT and self._preaccept_timed_out():
+        if self.phase is _PHASE_PREACCEPT and self._preaccept_timed_out():
             return
         if pending.attempts >= self.host.max_attempts:
             # Nothing is lost by giving up: replicas' progress logs recover the txn.
-            if self.phase is Phase.PERSIST:
-                self.phase = Phase.DONE
+            if self.phase is _PHASE_PERSIST:
+                self.phase = _PHASE_DONE
                 self.pending = None
             else:
-                self._finish(Outcome.UNKNOWN)
+                self._finish(_OUTCOME_UNKNOWN)
             return
         pending.attempts += 1
         pending.sent_micros = now
-        if self.phase is Phase.EXECUTE:
+        if self.phase is _PHASE_EXECUTE:
             self._ask_readers(retry=True)
             return
         for node in sorted(pending.waiting):
@@ -282,14 +301,14 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ replies
 
     def on_reply(self, src: int, reply: Reply) -> None:
-        if self.phase is Phase.DONE:
+        if self.phase is _PHASE_DONE:
             return
         handler = _REPLY_HANDLERS.get(type(reply))
         if handler is not None:
             handler(self, src, reply)
 
     def _on_read_redundant(self, src: int, reply: ReadRedundant) -> None:
-        if self.phase is Phase.EXECUTE:
+        if self.phase is _PHASE_EXECUTE:
             # Someone else's proposal (or a chosen outcome): re-sent exactly as it was
             # proposed, never as ours, which would claim a round we did not run.
             self._persist(reply.writes, reply.result, ballot=reply.ballot, chosen=reply.chosen)
@@ -304,11 +323,11 @@ class TransactionCoordinator:
         preemption would: someone else decided it, and the decision reaches every replica
         without us (waiting out our retries instead held coordinator slots for nothing).
         """
-        if self.phase is Phase.PERSIST:
+        if self.phase is _PHASE_PERSIST:
             if not self.chosen and nack.promised > self.persist_ballot:
                 # A recovery coordinator promised a higher ballot before our outcome was
                 # chosen: it decides the outcome now (and finds ours if it could matter).
-                self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+                self._finish(_OUTCOME_RETRY if self.ballot > BALLOT_ZERO else _OUTCOME_UNKNOWN)
             elif self.chosen and src in self.chosen_pending_ack:
                 # It refused our proposal, so no ack is coming: the chosen outcome is taken
                 # whatever it promised.
@@ -316,11 +335,11 @@ class TransactionCoordinator:
                 self.host.send(src, self._apply(chosen=True))
             return
         if self.phase not in (
-            Phase.PREACCEPT,
-            Phase.ACCEPT,
-            Phase.RECOVER,
-            Phase.ACCEPT_INVALIDATE,
-            Phase.BEGIN_INVALIDATION,
+            _PHASE_PREACCEPT,
+            _PHASE_ACCEPT,
+            _PHASE_RECOVER,
+            _PHASE_ACCEPT_INVALIDATE,
+            _PHASE_BEGIN_INVALIDATION,
         ):
             return
         preempted = nack.promised > self.ballot
@@ -341,12 +360,12 @@ class TransactionCoordinator:
             src,
             nack.promised,
         )
-        self._finish(Outcome.RETRY if self.ballot > BALLOT_ZERO else Outcome.UNKNOWN)
+        self._finish(_OUTCOME_RETRY if self.ballot > BALLOT_ZERO else _OUTCOME_UNKNOWN)
 
     # --- PreAccept
 
     def _on_preaccept_ok(self, src: int, reply: PreAcceptOk) -> None:
-        if self.phase is not Phase.PREACCEPT or src in self.preaccepts:
+        if self.phase is not _PHASE_PREACCEPT or src in self.preaccepts:
             return
         assert self.fast is not None
         self.preaccepts[src] = reply
@@ -357,7 +376,7 @@ class TransactionCoordinator:
     def _preaccept_timed_out(self) -> bool:
         """After a retry interval, silent electorate members count against the fast path."""
         assert self.fast is not None and self.pending is not None
-        if self.fast.progress() is not Progress.SUCCESS:
+        if self.fast.progress() is not _PROGRESS_SUCCESS:
             return False
         for node in sorted(self.pending.waiting):
             self.fast.failure(node)
@@ -373,7 +392,7 @@ class TransactionCoordinator:
             self.host.on_fast_path(True)
             self._stabilise(self.txn_id, deps, quorum_first=False)
             return True
-        if fast.progress() is Progress.SUCCESS and any(
+        if fast.progress() is _PROGRESS_SUCCESS and any(
             r.rejected for r in self.preaccepts.values()
         ):
             # A replica refused the txn as expired: a fast quorum of the others must not
@@ -382,7 +401,7 @@ class TransactionCoordinator:
             self.host.on_fast_path(False)
             self._invalidate()
             return True
-        if fast.progress() is Progress.SUCCESS and fast.fast_path_impossible():
+        if fast.progress() is _PROGRESS_SUCCESS and fast.fast_path_impossible():
             self.fast_path = False
             self.host.on_fast_path(False)
             oks = [self.preaccepts[n] for n in sorted(self.preaccepts)]
@@ -406,15 +425,15 @@ class TransactionCoordinator:
         self.deps = deps
         self.quorum = QuorumTracker(self.shards)
         body = Accept(self.cid, self.txn_id, self.txn, self.route, self.ballot, execute_at, deps)
-        self._broadcast(Phase.ACCEPT, body, self.nodes)
+        self._broadcast(_PHASE_ACCEPT, body, self.nodes)
 
     def _on_accept_ok(self, src: int, reply: AcceptOk) -> None:
-        if self.phase is not Phase.ACCEPT:
+        if self.phase is not _PHASE_ACCEPT:
             return
         assert self.quorum is not None and self.execute_at is not None
         self._answered(src)
         self.deps = self.deps.merge(reply.deps)
-        if self.quorum.success(src) is Progress.SUCCESS:
+        if self.quorum.success(src) is _PROGRESS_SUCCESS:
             self._stabilise(self.execute_at, self.deps, quorum_first=True)
 
     # --- Commit / Stable
@@ -439,16 +458,16 @@ class TransactionCoordinator:
                 txn=self.txn,
                 route=self.route,
             )
-            self._broadcast(Phase.COMMIT, body, self.nodes)
+            self._broadcast(_PHASE_COMMIT, body, self.nodes)
         else:
             self._execute()
 
     def _on_commit_ok(self, src: int, reply: CommitOk) -> None:
-        if self.phase is not Phase.COMMIT:
+        if self.phase is not _PHASE_COMMIT:
             return
         assert self.quorum is not None
         self._answered(src)
-        if self.quorum.success(src) is Progress.SUCCESS:
+        if self.quorum.success(src) is _PROGRESS_SUCCESS:
             self._execute()
 
     def _on_insufficient(self, src: int, reply: Insufficient) -> None:
@@ -458,8 +477,8 @@ class TransactionCoordinator:
             self.txn_id,
             self.execute_at,
             self.deps,
-            stable=self.phase is not Phase.COMMIT,
-            read=src in self.readers.values() and self.phase is Phase.EXECUTE,
+            stable=self.phase is not _PHASE_COMMIT,
+            read=src in self.readers.values() and self.phase is _PHASE_EXECUTE,
             txn=self.txn,
             route=self.route,
         )
@@ -469,7 +488,7 @@ class TransactionCoordinator:
 
     def _execute(self) -> None:
         assert self.txn is not None and self.execute_at is not None
-        self.phase = Phase.EXECUTE
+        self.phase = _PHASE_EXECUTE
         self.pending = _Pending(
             Commit(self.cid, self.txn_id, self.execute_at, self.deps, stable=True),
             set(),
@@ -527,7 +546,7 @@ class TransactionCoordinator:
             self.host.send(self.readers[i], body)
 
     def _on_read_ok(self, src: int, reply: ReadOk) -> None:
-        if self.phase is not Phase.EXECUTE:
+        if self.phase is not _PHASE_EXECUTE:
             return
         assert self.txn is not None
         for key, value in reply.values:
@@ -560,7 +579,7 @@ class TransactionCoordinator:
         self.applied = AllTracker(self.nodes)
         self.journaled = QuorumTracker(self.shards)
         self.chosen = chosen
-        self._broadcast(Phase.PERSIST, self._apply(chosen=chosen), self.nodes)
+        self._broadcast(_PHASE_PERSIST, self._apply(chosen=chosen), self.nodes)
         if chosen:
             self._tell_client()
 
@@ -581,12 +600,12 @@ class TransactionCoordinator:
         )
 
     def _on_apply_ok(self, src: int, reply: ApplyOk) -> None:
-        if self.phase is not Phase.PERSIST:
+        if self.phase is not _PHASE_PERSIST:
             return
         assert self.applied is not None and self.journaled is not None
         if not self.chosen:
             self._answered(src)
-            if self.journaled.success(src) is Progress.SUCCESS:
+            if self.journaled.success(src) is _PROGRESS_SUCCESS:
                 self._on_chosen(self.journaled.responded())
         elif src in self.chosen_pending_ack:
             self.chosen_pending_ack.discard(src)
@@ -599,7 +618,7 @@ class TransactionCoordinator:
         if self.applied.success(src):
             for node in self.nodes:
                 self.host.send(node, InformDurable(self.cid, self.txn_id))
-            self.phase = Phase.DONE
+            self.phase = _PHASE_DONE
             self.pending = None
 
     def _on_chosen(self, journaled: set[int]) -> None:
@@ -626,18 +645,18 @@ class TransactionCoordinator:
     def _tell_client(self) -> None:
         # Reference: Accord StandardTxnAdapter.persist answers once the decision is durable
         # at a quorum; here the outcome itself must be, or it could still be replaced.
-        self.outcome = Outcome.APPLIED
-        self.host.finished(self, Outcome.APPLIED)
+        self.outcome = _OUTCOME_APPLIED
+        self.host.finished(self, _OUTCOME_APPLIED)
 
     # --- Recovery
 
     def _on_recover_ok(self, src: int, reply: RecoverOk) -> None:
-        if self.phase is not Phase.RECOVER or src in self.recoveries:
+        if self.phase is not _PHASE_RECOVER or src in self.recoveries:
             return
         assert self.quorum is not None
         self.recoveries[src] = reply
         self._answered(src)
-        if self.quorum.success(src) is not Progress.SUCCESS:
+        if self.quorum.success(src) is not _PROGRESS_SUCCESS:
             return
         self._act(decide(self.txn_id, self.shards, self.recoveries))
 
@@ -663,7 +682,7 @@ class TransactionCoordinator:
             self._invalidate()
         else:
             self.wait_for = decision.wait_for
-            self._finish(Outcome.RETRY)
+            self._finish(_OUTCOME_RETRY)
 
     # --- Invalidation
 
@@ -673,40 +692,40 @@ class TransactionCoordinator:
         if route is None and self.invalidation_key is not None:
             route = Route(self.invalidation_key, (self.invalidation_key,))
         self._broadcast(
-            Phase.ACCEPT_INVALIDATE,
+            _PHASE_ACCEPT_INVALIDATE,
             AcceptInvalidate(self.cid, self.txn_id, self.ballot, route),
             self.nodes,
         )
 
     def _on_accept_invalidate_ok(self, src: int, reply: AcceptInvalidateOk) -> None:
-        if self.phase is not Phase.ACCEPT_INVALIDATE:
+        if self.phase is not _PHASE_ACCEPT_INVALIDATE:
             return
         assert self.quorum is not None
         self._answered(src)
-        if self.quorum.success(src) is Progress.SUCCESS:
+        if self.quorum.success(src) is _PROGRESS_SUCCESS:
             self._commit_invalidation()
 
     def _commit_invalidation(self) -> None:
         for node in self.nodes:
             self.host.send(node, CommitInvalidate(self.cid, self.txn_id))
-        self._finish(Outcome.INVALIDATED)
+        self._finish(_OUTCOME_INVALIDATED)
 
     def _on_invalidate_ok(self, src: int, reply: InvalidateOk) -> None:
-        if self.phase is not Phase.BEGIN_INVALIDATION or src in self.invalidations:
+        if self.phase is not _PHASE_BEGIN_INVALIDATION or src in self.invalidations:
             return
         assert self.quorum is not None and self.invalidation_shard is not None
         self.invalidations[src] = reply
         self._answered(src)
-        if self.quorum.success(src) is not Progress.SUCCESS:
+        if self.quorum.success(src) is not _PROGRESS_SUCCESS:
             return
         replies = [self.invalidations[n] for n in sorted(self.invalidations)]
-        if any(r.status is Status.INVALIDATED for r in replies):
+        if any(r.status is _STATUS_INVALIDATED for r in replies):
             self._commit_invalidation()
             return
         known = [r for r in replies if r.txn is not None and r.route is not None]
         if known:
             # Someone knows the txn: only full recovery (every shard) may decide it.
-            self._finish(Outcome.RETRY)
+            self._finish(_OUTCOME_RETRY)
             return
         shard = self.invalidation_shard
         against = sum(

@@ -45,6 +45,9 @@ class CommandSnapshot(NamedTuple):
     key_hint: Key | None
 
 
+_new_tuple = tuple.__new__
+
+
 @dataclass(slots=True, eq=False)
 class Command:
     txn_id: TxnId
@@ -83,19 +86,24 @@ class Command:
     recovery_attempts: int = 0
 
     def snapshot(self) -> CommandSnapshot:
-        return CommandSnapshot(
-            self.txn_id,
-            self.status,
-            self.txn,
-            self.route,
-            self.promised,
-            self.accepted,
-            self.execute_at,
-            self.deps,
-            self.writes,
-            self.result,
-            self.fast_vote,
-            self.key_hint,
+        # tuple.__new__ directly: NamedTuple's own __new__ is a Python frame, once per
+        # journaled record.
+        return _new_tuple(
+            CommandSnapshot,
+            (
+                self.txn_id,
+                self.status,
+                self.txn,
+                self.route,
+                self.promised,
+                self.accepted,
+                self.execute_at,
+                self.deps,
+                self.writes,
+                self.result,
+                self.fast_vote,
+                self.key_hint,
+            ),
         )
 
     @staticmethod

@@ -58,6 +58,13 @@ logger = logging.getLogger(__name__)
 # Enum members looked up once, for the checks that run on every transition.
 _APPLIED = Status.APPLIED
 _INVALIDATED = Status.INVALIDATED
+_ACCEPTED = Status.ACCEPTED
+_ACCEPTED_INVALIDATE = Status.ACCEPTED_INVALIDATE
+_COMMITTED = Status.COMMITTED
+_NOT_DEFINED = Status.NOT_DEFINED
+_PRE_ACCEPTED = Status.PRE_ACCEPTED
+_PRE_APPLIED = Status.PRE_APPLIED
+_STABLE = Status.STABLE
 
 
 class CommandStore:
@@ -209,8 +216,8 @@ class CommandStore:
         command = self.command(txn_id)
         if command.promised > BALLOT_ZERO:
             return Refused(command.promised, command.status)
-        if command.status >= Status.PRE_ACCEPTED:
-            if command.status is Status.PRE_ACCEPTED:
+        if command.status >= _PRE_ACCEPTED:
+            if command.status is _PRE_ACCEPTED:
                 # A duplicate: the same witnessedAt, deps and fast vote as the first time.
                 # "Expired" can only have become true since (time moves on), and a replica
                 # that refuses late is as safe as one that refused at once: it only makes
@@ -224,7 +231,7 @@ class CommandStore:
         self._define(command, txn, route)
         witnessed, rejected = self._witnessed_at(txn_id, txn, permit_fast_path=True)
         deps = self._deps(txn_id, txn, txn_id)
-        command.status = Status.PRE_ACCEPTED
+        command.status = _PRE_ACCEPTED
         command.execute_at = witnessed
         command.deps = deps
         command.fast_vote = witnessed == txn_id
@@ -283,7 +290,7 @@ class CommandStore:
         self._define(command, txn, route)
         command.promised = ballot
         command.accepted = ballot
-        command.status = Status.ACCEPTED
+        command.status = _ACCEPTED
         command.execute_at = execute_at
         command.deps = deps
         self._persist(command)
@@ -297,7 +304,7 @@ class CommandStore:
             return Refused(command.promised, command.status)
         command.promised = ballot
         command.accepted = ballot
-        command.status = Status.ACCEPTED_INVALIDATE
+        command.status = _ACCEPTED_INVALIDATE
         if command.txn is None and command.key_hint is None and route is not None:
             # Durable with the proposal: if the CommitInvalidate is lost, the progress log
             # asks this key's shard (which we are part of) for the decision.
@@ -320,7 +327,7 @@ class CommandStore:
     ) -> Ok | NeedsTxn:
         command = self.command(txn_id)
         check_state(
-            command.status is not Status.INVALIDATED,
+            command.status is not _INVALIDATED,
             "node %d: commit of invalidated txn %s",
             self.node_id,
             txn_id,
@@ -334,7 +341,7 @@ class CommandStore:
                 command.execute_at,
                 execute_at,
             )
-            if stable and command.status is Status.COMMITTED:
+            if stable and command.status is _COMMITTED:
                 self._make_stable(command, deps)
             return Ok()
         if command.txn is None and txn is None:
@@ -345,13 +352,13 @@ class CommandStore:
         if stable:
             self._make_stable(command, deps)
         else:
-            command.status = Status.COMMITTED
+            command.status = _COMMITTED
             self._persist(command)
             self._notify(command)
         return Ok()
 
     def _make_stable(self, command: Command, deps: Deps) -> None:
-        command.status = Status.STABLE
+        command.status = _STABLE
         command.deps = deps
         self._persist(command)
         self._notify(command)
@@ -381,7 +388,7 @@ class CommandStore:
         """
         command = self.command(txn_id)
         check_state(
-            command.status is not Status.INVALIDATED,
+            command.status is not _INVALIDATED,
             "node %d: apply of invalidated txn %s",
             self.node_id,
             txn_id,
@@ -395,7 +402,7 @@ class CommandStore:
                 execute_at,
                 command.execute_at,
             )
-        if command.status is Status.APPLIED:
+        if command.status is _APPLIED:
             # Applied means chosen. A proposal under a lower ballot than our promise may carry
             # another outcome (over shared storage, a coordinator that read after the chosen
             # one was written reads the txn's own writes): an ack would count us toward
@@ -410,7 +417,7 @@ class CommandStore:
             return Refused(command.promised, command.status)
         if not chosen and command.promised > ballot:
             return Refused(command.promised, command.status)
-        if command.status is Status.PRE_APPLIED:
+        if command.status is _PRE_APPLIED:
             if command.chosen or (not chosen and ballot < command.accepted):
                 # Ours is chosen (any later proposal carries the same outcome), or newer.
                 return Ok()
@@ -431,8 +438,8 @@ class CommandStore:
             self._maybe_execute(command)
             return Ok()
         self._define(command, txn, route)
-        was_stable = command.status is Status.STABLE
-        command.status = Status.PRE_APPLIED
+        was_stable = command.status is _STABLE
+        command.status = _PRE_APPLIED
         command.execute_at = execute_at
         if not was_stable:
             command.deps = deps
@@ -459,7 +466,7 @@ class CommandStore:
         command = self.commands.get(txn_id)
         if (
             command is None
-            or command.status is not Status.PRE_APPLIED
+            or command.status is not _PRE_APPLIED
             or command.chosen
             or command.accepted < ballot
         ):
@@ -474,7 +481,7 @@ class CommandStore:
 
     def commit_invalidate(self, txn_id: TxnId) -> Ok:
         command = self.command(txn_id)
-        if command.status is Status.INVALIDATED:
+        if command.status is _INVALIDATED:
             return Ok()
         check_state(
             not command.status.is_decided,
@@ -484,7 +491,7 @@ class CommandStore:
             command.status.name,
             command.execute_at,
         )
-        command.status = Status.INVALIDATED
+        command.status = _INVALIDATED
         command.waiting_on = None
         self._persist(command)
         self._notify(command)
@@ -501,10 +508,10 @@ class CommandStore:
         before = command.snapshot()
         self._define(command, txn, route)
         command.promised = ballot
-        if command.status is Status.NOT_DEFINED:
+        if command.status is _NOT_DEFINED:
             # A replica that had not seen the txn votes against the fast path.
             witnessed, _ = self._witnessed_at(txn_id, txn, permit_fast_path=False)
-            command.status = Status.PRE_ACCEPTED
+            command.status = _PRE_ACCEPTED
             command.execute_at = witnessed
             command.deps = self._deps(txn_id, txn, txn_id)
             command.fast_vote = False
@@ -519,7 +526,7 @@ class CommandStore:
         committed_witness: list[TxnId] = []
         accepted_no_witness: list[TxnId] = []
         deps = command.deps
-        if command.status is Status.PRE_ACCEPTED:
+        if command.status is _PRE_ACCEPTED:
             deps = self._deps(txn_id, txn, txn_id)
             rejects, committed_witness, accepted_no_witness = self._recovery_evidence(command, txn)
         return RecoveryView(
@@ -557,10 +564,10 @@ class CommandStore:
                 rejects = True
             for index in state.conflicting(txn_id.kind):
                 for other_id, other in index.items():
-                    if other_id == txn_id or other.status is Status.INVALIDATED:
+                    if other_id == txn_id or other.status is _INVALIDATED:
                         continue
                     status = other.status
-                    if status < Status.ACCEPTED or status is Status.ACCEPTED_INVALIDATE:
+                    if status < _ACCEPTED or status is _ACCEPTED_INVALIDATE:
                         continue
                     # Witnessed on *this* key: the fast-path argument is per key, and a
                     # replica holds the full deps of a multi-shard txn, so our id under
@@ -604,8 +611,8 @@ class CommandStore:
         the data no longer reflects the state at its executeAt.
         """
         command = self.command(txn_id)
-        if command.status >= Status.PRE_APPLIED and command.status is not Status.INVALIDATED:
-            chosen = command.chosen or command.status is Status.APPLIED
+        if command.status >= _PRE_APPLIED and command.status is not _INVALIDATED:
+            chosen = command.chosen or command.status is _APPLIED
             return ReadState(command.writes, command.result, command.accepted, chosen)
         if (reader_node, reader_cid) not in command.readers:
             command.readers.append((reader_node, reader_cid))
@@ -646,7 +653,7 @@ class CommandStore:
             # Known only as someone's dependency: remember it so the progress log can chase it.
             dep = self.command(dep_id)
         status = dep.status
-        if status is Status.INVALIDATED or status is Status.APPLIED:
+        if status is _INVALIDATED or status is _APPLIED:
             return False
         if not status.is_decided:
             return True
@@ -674,14 +681,14 @@ class CommandStore:
         if command.waiting_on is None or command.waiting_on:
             return
         assert command.execute_at is not None and command.txn is not None
-        if command.status is Status.STABLE and command.readers and not command.reading:
+        if command.status is _STABLE and command.readers and not command.reading:
             keys = self.owned_keys(command.txn.read_keys)
             command.reading = True
             self.data_reads.append(
                 DataRead(command.txn_id, command.execute_at, keys, command.txn.selections_of(keys))
             )
         elif (
-            command.status is Status.PRE_APPLIED
+            command.status is _PRE_APPLIED
             and not command.writing
             and (command.chosen or self.bugs.write_before_durable)
         ):
@@ -727,9 +734,9 @@ class CommandStore:
         every key it owns, at the data store's write consistency."""
         command = self.command(txn_id)
         command.written_from.add(node)
-        if command.status is Status.PRE_APPLIED and not command.chosen:
+        if command.status is _PRE_APPLIED and not command.chosen:
             self.outcome_durable(txn_id, ballot)
-        elif command.status is Status.PRE_APPLIED:
+        elif command.status is _PRE_APPLIED:
             self._maybe_execute(command)
 
     def take_over(self, txn_id: TxnId) -> None:
@@ -740,12 +747,8 @@ class CommandStore:
 
     def write_done(self, txn_id: TxnId) -> None:
         command = self.commands[txn_id]
-        check_state(
-            command.status is Status.PRE_APPLIED,
-            "write done for %s at %s",
-            txn_id,
-            command.status.name,
-        )
+        if command.status is not _PRE_APPLIED:  # the name only when it fails
+            fail("write done for %s at %s", txn_id, command.status.name)
         command.writing = False
         if self.shared_storage:
             command.written_from.add(self.node_id)
@@ -756,14 +759,14 @@ class CommandStore:
         """Apply the txns whose writes other replicas made (shared storage)."""
         while self.to_apply:
             command = self.to_apply.pop(0)
-            if command.status is Status.PRE_APPLIED:
+            if command.status is _PRE_APPLIED:
                 command.writing = False
                 self._applied(command)
 
     def _applied(self, command: Command) -> None:
         txn_id = command.txn_id
         self.applied_ids.append(txn_id)
-        command.status = Status.APPLIED
+        command.status = _APPLIED
         command.waiting_on = None
         self._persist(command)
         self._notify(command)
@@ -786,10 +789,10 @@ class CommandStore:
             return
         command.durable = True
         self._undurable.pop(txn_id, None)
-        if command.status is Status.PRE_APPLIED and not command.chosen:
+        if command.status is _PRE_APPLIED and not command.chosen:
             # Every replica journaled the outcome: it is chosen.
             self._mark_chosen(command)
-        if command.status is not Status.APPLIED or command.pruned:
+        if command.status is not _APPLIED or command.pruned:
             return
         assert command.txn is not None and command.execute_at is not None
         command.pruned = True
@@ -822,13 +825,9 @@ class CommandStore:
             self._index(command)
         for txn_id in sorted(latest):
             command = self.commands[txn_id]
-            if command.status in (Status.STABLE, Status.PRE_APPLIED):
+            if command.status in (_STABLE, _PRE_APPLIED):
                 self._start_waiting(command)
-            elif (
-                command.status is Status.APPLIED
-                and command.route
-                and self.owns(command.route.home_key)
-            ):
+            elif command.status is _APPLIED and command.route and self.owns(command.route.home_key):
                 # Whether every replica applied it was not journaled: find out again.
                 self._undurable[txn_id] = command
 

@@ -265,11 +265,14 @@ def value_size(value: Value) -> int:
     if type(value) is bytes:
         return 5 + len(value)
     if type(value) is tuple:
-        # A loop, not a generator of recursive calls: list-append reads size long tuples of
-        # ints, which was a tenth of the simulator's CPU.
-        size = 5
-        for item in value:
-            size += 9 if type(item) is int else value_size(item)
+        # List-append reads size long tuples of ints, once a tenth of the simulator's CPU:
+        # count the ints in C (bool is not int here: type() is exact) and walk the rest.
+        ints = list(map(type, value)).count(int)
+        size = 5 + 9 * ints
+        if ints != len(value):
+            for item in value:
+                if type(item) is not int:
+                    size += value_size(item)
         return size
     return 5 + len(repr(value))
 
@@ -378,6 +381,9 @@ class _Cell:
     expiry: int | None = None
 
 
+_NO_CLUSTERING_KEY = order_key(())
+
+
 class _Rows:
     """Cells by clustering key, told apart type-strictly (:func:`order_key`): Python's dict
     would take ``(1,)``, ``(1.0,)`` and ``(True,)`` for one row."""
@@ -390,11 +396,13 @@ class _Rows:
         }
 
     def get(self, clustering: Clustering) -> _Cell | None:
-        found = self._cells.get(order_key(clustering))
+        # The row at () is the only row of most keys: its order key without the walk.
+        found = self._cells.get(order_key(clustering) if clustering else _NO_CLUSTERING_KEY)
         return None if found is None else found[1]
 
     def __setitem__(self, clustering: Clustering, cell: _Cell) -> None:
-        self._cells[order_key(clustering)] = (clustering, cell)
+        key = order_key(clustering) if clustering else _NO_CLUSTERING_KEY
+        self._cells[key] = (clustering, cell)
 
     def items(self) -> list[tuple[Clustering, _Cell]]:
         return list(self._cells.values())
@@ -475,7 +483,9 @@ class MemoryPartitions:
         for write in writes:
             if not isinstance(write, WriteOp):
                 raise TypeError(f"expected a WriteOp, got {type(write).__name__}")
-            part = self.partitions.setdefault(write.key, _Partition())
+            part = self.partitions.get(write.key)
+            if part is None:
+                part = self.partitions[write.key] = _Partition()
             if write.deletes_partition:
                 if part.deleted is None or part.deleted < execute_at:
                     part.deleted = execute_at
@@ -507,7 +517,9 @@ class MemoryPartitions:
                 if _newer(part.static, execute_at, value):
                     part.static = _Cell(execute_at, value, expiry)
                 continue
-            if part.shadowed(write.clustering, execute_at, self._keys(write.key)):
+            if (part.deleted is not None or part.ranges) and part.shadowed(
+                write.clustering, execute_at, self._keys(write.key)
+            ):
                 continue
             current = part.rows.get(write.clustering)
             if _newer(current, execute_at, value):

@@ -201,7 +201,8 @@ class Oracle:
                 txn_id,
                 promised,
             )
-        self._promised[(node_id, txn_id)] = snapshot.promised
+        if snapshot.promised != promised:  # most records keep the promise they had
+            self._promised[(node_id, txn_id)] = snapshot.promised
         status = snapshot.status
         if status < _COMMITTED or status is _INVALIDATED:
             return
