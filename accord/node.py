@@ -729,6 +729,11 @@ class Node:
             self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
                 del self._coordinating[coordinator.txn_id]
+                if coordinator.txn_id in self._clients:
+                    # Its outcome may have reached this replica while it ran, when waiting
+                    # clients were left to it: look again at the next ready(). Before, such
+                    # a client (its coordinator outrun by a recovery) was answered unknown.
+                    self.store.changed[coordinator.txn_id] = None
             if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
                 self._learn(coordinator)
 
