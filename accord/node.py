@@ -779,7 +779,10 @@ class Node:
         for txn_id in changed:
             if txn_id not in self._clients or txn_id in self._coordinating:
                 continue
-            command = self.store.commands[txn_id]
+            # None: a coordinator that is no replica of its txn left it to _purge_done.
+            command = self.store.commands.get(txn_id)
+            if command is None:
+                continue
             if command.status is Status.INVALIDATED:
                 self._reply(txn_id, "invalidated", None)
             elif (
