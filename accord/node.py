@@ -729,11 +729,6 @@ class Node:
             self._progress_cids.discard(cid)
             if self._coordinating.get(coordinator.txn_id) == cid:
                 del self._coordinating[coordinator.txn_id]
-                if coordinator.txn_id in self._clients:
-                    # Its outcome may have reached this replica while it ran, when waiting
-                    # clients were left to it: look again at the next ready(). Before, such
-                    # a client (its coordinator outrun by a recovery) was answered unknown.
-                    self.store.changed[coordinator.txn_id] = None
             if coordinator.outcome is Outcome.RETRY and coordinator.invalidations:
                 self._learn(coordinator)
 
@@ -779,10 +774,7 @@ class Node:
         for txn_id in changed:
             if txn_id not in self._clients or txn_id in self._coordinating:
                 continue
-            # None: a coordinator that is no replica of its txn left it to _purge_done.
-            command = self.store.commands.get(txn_id)
-            if command is None:
-                continue
+            command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
                 self._reply(txn_id, "invalidated", None)
             elif (
