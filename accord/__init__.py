@@ -73,12 +73,13 @@ from accord.primitives import (
     WriteScope,
     sim_key,
 )
-from accord.primitives.txn import BINARY_OPERATORS, COMPARE_OPERATORS, Expr
+from accord.primitives.txn import BINARY_OPERATORS, COMPARE_OPERATORS, MAX_BATCH_PARTS, Expr
 from accord.topology import Shard, Topology, preferred_electorate, ring_topology
 
 __all__ = [
     "BINARY_OPERATORS",
     "COMPARE_OPERATORS",
+    "MAX_BATCH_PARTS",
     "MAX_PARTITION_READ_BYTES",
     "MAX_ROWS_PER_SLICE",
     "MAX_TTL_SECONDS",

@@ -70,6 +70,7 @@ from accord.primitives import (
     TxnResult,
     Value,
 )
+from accord.primitives.txn import MAX_BATCH_PARTS, disjoint
 from accord.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -126,11 +127,24 @@ class NodeConfig:
     # recover_delay_other_micros if it stays silent. False: every replica writes its own
     # store (the simulator, Maelstrom).
     shared_storage: bool = False
+    # Group commit: client transactions submitted while the host works on a batch of
+    # ready() (say, awaits its journal fsync) are coordinated as one Accord transaction,
+    # a batch (Txn.batch), of at most this many parts and batch_max_keys keys; its messages,
+    # journal records and deps are shared by every part. 1: each is coordinated alone,
+    # at once in submit() (the protocol as it was).
+    batch_max_parts: int = 1
+    batch_max_keys: int = 256
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
             check_argument(getattr(self, name) >= 0, "%s must not be negative", name)
         check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
+        check_argument(
+            1 <= self.batch_max_parts <= MAX_BATCH_PARTS,
+            "batch_max_parts must be from 1 to %d",
+            MAX_BATCH_PARTS,
+        )
+        check_argument(self.batch_max_keys >= 1, "batch_max_keys must be at least 1")
         check_argument(
             self.max_progress_coordinators >= 1, "max_progress_coordinators must be at least 1"
         )
@@ -148,6 +162,15 @@ class _ClientRequest:
     request_id: int
     txn_id: TxnId
     deadline_micros: int
+    # Which part of the batch txn_id is this client's transaction; None: all of it.
+    part: int | None = None
+
+
+@dataclass(slots=True)
+class _Queued:
+    request_id: int
+    txn: Txn
+    deadline_micros: int
 
 
 @dataclass(slots=True)
@@ -160,6 +183,9 @@ class NodeStats:
     # Progress-log work postponed because max_progress_coordinators were already running.
     progress_deferred: int = 0
     by_outcome: dict[str, int] = field(default_factory=dict)
+    # Transactions coordinated by this node's submit(), by how many client transactions
+    # each carried (1: alone; more: a batch).
+    parts_per_batch: dict[int, int] = field(default_factory=dict)
 
 
 class Node:
@@ -214,7 +240,12 @@ class Node:
         self._local: deque[Message] = deque()
         self._coordinators: dict[int, TransactionCoordinator] = {}
         self._coordinating: dict[TxnId, int] = {}
-        self._clients: dict[TxnId, _ClientRequest] = {}
+        # The client requests each coordinated txn answers: one, or one per batch part.
+        self._clients: dict[TxnId, list[_ClientRequest]] = {}
+        self._client_count = 0
+        # Submissions not yet coordinated (batching on): taken oldest first by ready().
+        self._queued: deque[_Queued] = deque()
+        self._overlapping_batches = bugs.batch_ignores_disjointness
         self._apply_waiters: dict[TxnId, list[tuple[int, int]]] = {}
         self._reorder: list[tuple[TxnId, int, int, PreAccept]] = []
         self._last_scan_micros = 0
@@ -250,19 +281,78 @@ class Node:
 
     # ------------------------------------------------------------------ inputs
 
-    def submit(self, request_id: int, txn: Txn) -> TxnId:
-        """Coordinate ``txn``; its ClientReply appears in a later ``ready().replies``."""
+    def submit(self, request_id: int, txn: Txn) -> TxnId | None:
+        """Coordinate ``txn``; its ClientReply (``txn_id`` names the transaction that
+        carried it) appears in a later ``ready().replies``.
+
+        With ``batch_max_parts`` 1 coordination starts here and the TxnId is returned.
+        Otherwise ``txn`` waits for the next :meth:`ready`, which coordinates everything
+        waiting in batches (:meth:`_form_batches`), and None is returned.
+        """
+        if txn.parts:
+            raise InvalidArgument("submit() takes a client transaction, not a batch")
+        self.stats.submitted += 1
+        deadline = self.now() + self.config.client_timeout_micros
+        if self.config.batch_max_parts == 1:
+            return self._coordinate(txn, [_Queued(request_id, txn, deadline)])
+        self._queued.append(_Queued(request_id, txn, deadline))
+        return None
+
+    def _coordinate(self, txn: Txn, requests: list[_Queued]) -> TxnId:
         minted = self._mint(None)
         txn_id = minted._replace(flags=int(txn.kind))
         home = next((k for k in txn.keys if self.topology.owns(self.node_id, k)), txn.keys[0])
         route = Route(home, txn.keys)
-        self.stats.submitted += 1
-        self._clients[txn_id] = _ClientRequest(
-            request_id, txn_id, self.now() + self.config.client_timeout_micros
-        )
+        batched = len(requests) > 1
+        self._clients[txn_id] = [
+            _ClientRequest(r.request_id, txn_id, r.deadline_micros, i if batched else None)
+            for i, r in enumerate(requests)
+        ]
+        self._client_count += len(requests)
+        parts = self.stats.parts_per_batch
+        parts[len(requests)] = parts.get(len(requests), 0) + 1
         coordinator = self._new_coordinator(txn_id, txn, route)
         coordinator.start()
         return txn_id
+
+    def _form_batches(self) -> None:
+        """Coordinate every waiting submission, greedily in arrival order: each batch starts
+        with the oldest still waiting and takes every later one that is disjoint from it so
+        far (:func:`~accord.primitives.txn.disjoint`) and keeps it within batch_max_parts and
+        batch_max_keys; what does not fit starts the next batch, so none waits behind a
+        younger one. Minted here, after every part was submitted: each client transaction is
+        linearized at its batch's executeAt (docs/accord.md, "Batches")."""
+        queue = self._queued
+        config = self.config
+        while queue:
+            first = queue.popleft()
+            taken = [first]
+            used = set(first.txn.keys)
+            written = set(first.txn.write_keys)
+            selections = len(first.txn.selections)
+            rest: deque[_Queued] = deque()
+            while queue:
+                entry = queue.popleft()
+                txn = entry.txn
+                if (
+                    len(taken) < config.batch_max_parts
+                    and (self._overlapping_batches or disjoint(txn, used, written))
+                    and len(used.union(txn.keys)) <= config.batch_max_keys
+                    and selections + len(txn.selections) <= config.batch_max_keys
+                ):
+                    taken.append(entry)
+                    used.update(txn.keys)
+                    written.update(txn.write_keys)
+                    selections += len(txn.selections)
+                else:
+                    rest.append(entry)
+            queue.extend(rest)
+            if len(taken) == 1:
+                self._coordinate(first.txn, taken)
+            elif self._overlapping_batches:
+                self._coordinate(Txn._overlapping_batch(tuple(e.txn for e in taken)), taken)
+            else:
+                self._coordinate(Txn.batch(tuple(e.txn for e in taken)), taken)
 
     def recover(self, txn_id: TxnId) -> bool:
         """Start recovering ``txn_id`` now rather than when the progress log would.
@@ -370,6 +460,7 @@ class Node:
         pending = self._ready
         return bool(
             self._local
+            or self._queued
             or self._durable_pending
             or pending.persist  # Ready.is_empty, inline: hosts ask after every input
             or pending.messages
@@ -398,6 +489,8 @@ class Node:
         if self._outstanding is not None:
             fail("ready() called before advance() acknowledged the previous batch as persisted")
         store = self.store
+        if self._queued:
+            self._form_batches()
         while True:
             if self._local:
                 self._drain_local()
@@ -623,13 +716,12 @@ class Node:
                 waited = self.store.commands.get(txn_id)
                 if waited is not None and txn_id not in self._coordinating:
                     waited.last_progress_micros = 0
-        request = self._clients.get(coordinator.txn_id)
-        if request is None:
+        if coordinator.txn_id not in self._clients:
             return
         if outcome is Outcome.APPLIED:
-            self._reply(request, "ok", coordinator.result)
+            self._reply(coordinator.txn_id, "ok", coordinator.result)
         elif outcome is Outcome.INVALIDATED:
-            self._reply(request, "invalidated", None)
+            self._reply(coordinator.txn_id, "invalidated", None)
         # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
 
     def on_fast_path(self, fast: bool) -> None:
@@ -658,17 +750,26 @@ class Node:
 
     # ------------------------------------------------------------------ clients
 
-    def _reply(self, request: _ClientRequest, outcome: str, result: object) -> None:
-        del self._clients[request.txn_id]
+    def _reply(self, txn_id: TxnId, outcome: str, result: object) -> None:
+        """Answer every client request ``txn_id`` carries: each batch part gets its own
+        part's result; "invalidated" and "unknown" go to every part alike."""
+        requests = self._clients.pop(txn_id)
+        for request in requests:
+            self._answer(request, outcome, result)
+
+    def _answer(self, request: _ClientRequest, outcome: str, result: object) -> None:
+        self._client_count -= 1
         self.stats.by_outcome[outcome] = self.stats.by_outcome.get(outcome, 0) + 1
-        self._ready.replies.append(
-            ClientReply(
-                request.request_id,
+        answer = result if isinstance(result, TxnResult) else None
+        if answer is not None and request.part is not None:
+            check_state(
+                request.part < len(answer.parts),
+                "result of batch %s lacks part %d",
                 request.txn_id,
-                outcome,
-                result if isinstance(result, TxnResult) else None,
+                request.part,
             )
-        )
+            answer = answer.parts[request.part]
+        self._ready.replies.append(ClientReply(request.request_id, request.txn_id, outcome, answer))
 
     def _answer_waiting_clients(self) -> None:
         changed = self.store.changed
@@ -678,22 +779,33 @@ class Node:
         if not self._clients:
             return
         for txn_id in changed:
-            request = self._clients.get(txn_id)
-            if request is None or txn_id in self._coordinating:
+            if txn_id not in self._clients or txn_id in self._coordinating:
                 continue
             command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
-                self._reply(request, "invalidated", None)
+                self._reply(txn_id, "invalidated", None)
             elif (
                 command.status is Status.APPLIED
                 or (command.status is Status.PRE_APPLIED and command.chosen)
             ) and command.result is not None:
                 # Only a chosen outcome: one merely proposed may yet be replaced.
-                self._reply(request, "ok", command.result)
+                self._reply(txn_id, "ok", command.result)
 
     def _expire_clients(self, now: int) -> None:
-        for txn_id in [t for t, r in self._clients.items() if r.deadline_micros <= now]:
-            self._reply(self._clients[txn_id], "unknown", None)
+        """Answer "unknown" to each request past its own deadline; the other parts of its
+        batch keep waiting for theirs."""
+        for txn_id in list(self._clients):
+            requests = self._clients[txn_id]
+            if all(r.deadline_micros > now for r in requests):
+                continue
+            for request in requests:
+                if request.deadline_micros <= now:
+                    self._answer(request, "unknown", None)
+            waiting = [r for r in requests if r.deadline_micros > now]
+            if waiting:
+                self._clients[txn_id] = waiting
+            else:
+                del self._clients[txn_id]
 
     # ------------------------------------------------------------------ progress log
 
@@ -801,7 +913,8 @@ class Node:
         return len(self._coordinators)
 
     def pending_clients(self) -> int:
-        return len(self._clients)
+        """Client requests not yet answered (waiting for a batch or in the protocol)."""
+        return self._client_count + len(self._queued)
 
 
 _REQUEST_HANDLERS: dict[type, Callable[[Node, int, Any], Reply | None]] = {

@@ -17,6 +17,7 @@ Example::
     peer_keys: {current: {id: k1, secret: <openssl rand -hex 32>}}
     admission: {per_key: 8, waiting_per_key: 64, max_waiting: 2000}   # the defaults
     max_progress_coordinators: 32                                     # the default
+    batch_max_parts: 32                   # group commit: client txns per Accord txn (default)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from accord import MAX_BATCH_PARTS
 from accord.testing import Bugs
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.errors import AccordCassandraError
@@ -53,6 +55,8 @@ from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 from accord_cassandra.schema import Catalog, SchemaError
 
 ENV_PREFIX = "ACCORD_SIDECAR_"
+# bench throughput, conditional set on 2,000 keys (docs/sidecars.md, "Group commit").
+DEFAULT_BATCH_MAX_PARTS = 32
 # Where a journal can never be kept, whatever the permissions say.
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
@@ -294,6 +298,11 @@ class SidecarConfig(BaseSettings):
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     # Recoveries and outcome re-sends the progress log runs at once on this node.
     max_progress_coordinators: int = Field(default=32, ge=1, le=10_000)
+    # Group commit: client transactions submitted while the sidecar awaits its journal are
+    # coordinated as one Accord transaction of at most this many (disjoint) parts and
+    # batch_max_keys keys (NodeConfig.batch_max_parts; 1: each alone). docs/sidecars.md.
+    batch_max_parts: int = Field(default=DEFAULT_BATCH_MAX_PARTS, ge=1, le=MAX_BATCH_PARTS)
+    batch_max_keys: int = Field(default=256, ge=1, le=1024)
     drain_seconds: float = Field(default=5.0, ge=0)
     # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
     # refused, since the HLC would follow it for good.

@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from accord_cassandra.metrics_http import MetricsServer
@@ -66,6 +71,7 @@ class SidecarCollector(Collector):
         for outcome, count in sorted(host.metrics.commits.items()):
             transactions.add_metric([outcome], count)
         yield transactions
+        yield _parts_per_batch(stats.parts_per_batch)
         yield _counter("accord_fast_path", "Coordinations on the fast path", stats.fast_path)
         yield _counter("accord_slow_path", "Coordinations on the slow path", stats.slow_path)
         yield _counter("accord_recoveries", "Recoveries started", stats.recoveries)
@@ -203,3 +209,23 @@ __all__ = [
     "registry_of",
     "render",
 ]
+
+
+# Powers of two up to MAX_BATCH_PARTS: a batch of 1 is a transaction coordinated alone.
+_PARTS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _parts_per_batch(parts_per_batch: dict[int, int]) -> HistogramMetricFamily:
+    """Client transactions per Accord transaction this sidecar coordinated (group commit)."""
+    buckets = []
+    for bound in _PARTS_BUCKETS:
+        buckets.append(
+            (str(bound), sum(n for parts, n in parts_per_batch.items() if parts <= bound))
+        )
+    buckets.append(("+Inf", sum(parts_per_batch.values())))
+    return HistogramMetricFamily(
+        "accord_batch_parts",
+        "Client transactions per coordinated Accord transaction (1: alone; more: a batch)",
+        buckets=buckets,
+        sum_value=sum(parts * n for parts, n in parts_per_batch.items()),
+    )

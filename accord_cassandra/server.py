@@ -532,6 +532,8 @@ def node_config(config: SidecarConfig) -> NodeConfig:
         reorder_buffer_micros=timing.reorder_buffer_ms * 1000,
         max_progress_coordinators=config.max_progress_coordinators,
         shared_storage=config.shared_storage_enabled,
+        batch_max_parts=config.batch_max_parts,
+        batch_max_keys=config.batch_max_keys,
     )
 
 

@@ -268,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         "(the whole run, preload and warm-up included; slower than unprofiled)",
     )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
+    parser.add_argument(
+        "--batch-max-parts",
+        type=int,
+        default=0,
+        help="sidecars' batch_max_parts (group commit; 0: the default)",
+    )
     args = parser.parse_args(argv)
     if args.py_spy:
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
@@ -303,7 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                         "port": cassandra.native_port,
                         "keyspaces": [keyspace],
                     },
-                    extra={"timing": timing},
+                    extra={
+                        "timing": timing,
+                        **(
+                            {"batch_max_parts": args.batch_max_parts}
+                            if args.batch_max_parts
+                            else {}
+                        ),
+                    },
                     profile=bool(args.cprofile),
                 )
                 started = time.monotonic()

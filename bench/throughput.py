@@ -101,6 +101,10 @@ ROWS_PER_OP = {ACCORD_SET: 1, ACCORD_TRANSFER: 2, ACCORD_HOT_ZIPF: 1, ACCORD_HOT
 STORE_WRITES = "accord_store_writes_total"
 TAKEOVER_WRITES = "accord_store_takeover_writes_total"
 STORE_READS = "accord_store_reads_total"
+# Group commit: client transactions per coordinated Accord transaction (a histogram).
+BATCH_PARTS_SUM = "accord_batch_parts_sum"
+BATCH_PARTS_COUNT = "accord_batch_parts_count"
+PEER_MESSAGES = "accord_peer_messages_sent_total"
 # Cassandra's CPU with no operations running, measured once after the warm-up: its JVMs
 # burn a fixed rate (gossip, compaction, the JIT, GC), which a per-op figure divides by
 # the workload's op/s, so a slower workload looks costlier per op by that alone.
@@ -231,6 +235,7 @@ async def _measure(
                     writes_before = await _settled_store_writes(metrics)
                     takeovers_before = await _takeover_writes(metrics)
                     reads_before = await _counter(metrics, STORE_READS)
+                    batching_before = await _batching(metrics)
                     result, cpu = await _timed(
                         operations[name],
                         inflight,
@@ -241,6 +246,12 @@ async def _measure(
                     if idle_rate is not None and cpu["cassandra"] is not None:
                         cpu["cassandra_above_idle"] = cpu["cassandra"] - idle_rate * result.seconds
                     summary = _summary(name, inflight, round_index, result, cpu)
+                    if name.startswith("Accord"):
+                        summary.update(
+                            _batching_figures(
+                                batching_before, await _batching(metrics), result.committed
+                            )
+                        )
                     summary["cassandra_idle_cpu_ms_per_second"] = (
                         None if idle_rate is None else round(1000 * idle_rate, 1)
                     )
@@ -327,6 +338,26 @@ async def _takeover_writes(addresses: list[str]) -> int:
 async def _counter(addresses: list[str], name: str) -> int:
     figures = await asyncio.gather(*(asyncio.to_thread(metrics_of, a) for a in addresses))
     return int(sum(f.get(name, 0.0) for f in figures))
+
+
+async def _batching(addresses: list[str]) -> tuple[int, int, int]:
+    """(client txns coordinated, Accord txns coordinating them, peer messages sent)."""
+    figures = await asyncio.gather(*(asyncio.to_thread(metrics_of, a) for a in addresses))
+    return (
+        int(sum(f.get(BATCH_PARTS_SUM, 0.0) for f in figures)),
+        int(sum(f.get(BATCH_PARTS_COUNT, 0.0) for f in figures)),
+        int(sum(f.get(PEER_MESSAGES, 0.0) for f in figures)),
+    )
+
+
+def _batching_figures(
+    before: tuple[int, int, int], after: tuple[int, int, int], committed: int
+) -> dict[str, float | None]:
+    parts, batches, messages = (a - b for a, b in zip(after, before, strict=True))
+    return {
+        "parts_per_batch": round(parts / batches, 2) if batches else None,
+        "peer_messages_per_op": round(messages / committed, 2) if committed else None,
+    }
 
 
 async def _store_writes(addresses: list[str]) -> int:
@@ -442,6 +473,8 @@ def _figures(
                 cpu.get("load_generator"),
                 item.get("cassandra_writes_per_row_write"),
                 item.get("cassandra_reads_per_op"),
+                item.get("parts_per_batch"),
+                item.get("peer_messages_per_op"),
             ]
         )
     peak = {
@@ -472,6 +505,8 @@ def _figures(
                 "CPU ms/op load generator",
                 "Cassandra writes per Accord row write",
                 "Cassandra reads per Accord op",
+                "client txns per Accord txn (batching)",
+                "peer messages per op",
             ],
             rows=rows,
             plot={
@@ -621,6 +656,7 @@ def _hot_figure(
                     ", ".join(f"{c} {n}" for c, n in sorted(item["errors"].items())) or "-",
                     cpu.get("sidecars"),
                     cpu.get("cassandra"),
+                    item.get("parts_per_batch"),
                 ]
             )
     return figure(
@@ -647,6 +683,7 @@ def _hot_figure(
             "errors by code",
             "CPU ms/op sidecars",
             "CPU ms/op Cassandra",
+            "client txns per Accord txn (batching)",
         ],
         rows=rows,
         plot={

@@ -104,6 +104,7 @@ from accord.primitives import (
     WriteScope,
 )
 from accord.primitives.timestamp import Int64
+from accord.primitives.txn import MAX_BATCH_PARTS
 
 _NIL: Final = b"\xc0"
 _CACHE_ENTRIES: Final = 4096
@@ -238,11 +239,13 @@ def _are_timestamps(value: object) -> bool:
 
 class _WireTxn(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A transaction as it travels: ``update`` has no default, so ``[reads]`` is refused
-    as the walk refuses it; ``returns`` (codec version 3) may be left off."""
+    as the walk refuses it; ``returns`` (codec version 3) and ``parts`` (version 4) may be
+    left off."""
 
     reads: tuple[Key, ...]
     update: Update | None
     returns: tuple[Expr, ...] = ()
+    parts: tuple[_WireTxn, ...] = ()
 
 
 _TXN_DECODER: Final = msgspec.msgpack.Decoder(_WireTxn)
@@ -354,12 +357,28 @@ def _fast_txn(data: bytes) -> Txn:
     structs, vouched for only if the bytes are exactly what encoding it gives back (so
     a trailing field left off, which a struct's default would fill, an operator spelled
     as a string or an integer in a wider form than needed all go to the walk), and every
-    value and depth is what the walk accepts."""
+    value and depth is what the walk accepts. A batch's parts are checked likewise; more
+    than MAX_BATCH_PARTS, or a part with parts, go to the walk, which refuses them."""
     wire = _TXN_DECODER.decode(data)
-    update, returns = wire.update, wire.returns
-    canonical = (wire.reads, update, returns) if returns else (wire.reads, update)
-    if _ENCODER.encode(canonical) != data:
+    if len(wire.parts) > MAX_BATCH_PARTS:
         raise _Refused
+    if _ENCODER.encode(_canonical_txn(wire)) != data:
+        raise _Refused
+    return _built_txn(wire)
+
+
+def _canonical_txn(wire: _WireTxn) -> tuple[object, ...]:
+    if wire.parts:
+        return (wire.reads, wire.update, wire.returns, [_canonical_txn(p) for p in wire.parts])
+    return (wire.reads, wire.update, wire.returns) if wire.returns else (wire.reads, wire.update)
+
+
+def _built_txn(wire: _WireTxn) -> Txn:
+    if wire.parts:
+        if any(part.parts for part in wire.parts):
+            raise _Refused
+        return Txn(wire.reads, wire.update, wire.returns, tuple(map(_built_txn, wire.parts)))
+    update, returns = wire.update, wire.returns
     for expr in returns:
         _wire_expr(expr)
     if update is not None:
@@ -424,28 +443,43 @@ def _fast_write_ops(data: bytes) -> tuple[WriteOp, ...]:
 
 
 class _WireResult(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """A client result as it travels (``returned``, of version 3, left off when empty).
-    A read that is a ``PartitionRead`` (three elements) is refused here: the walk has it."""
+    """A client result as it travels (``returned``, of version 3, left off when empty, and
+    ``parts``, of version 4, likewise). A read that is a ``PartitionRead`` (three elements)
+    is refused here: the walk has it."""
 
     reads: tuple[tuple[Key, object], ...]
     applied: bool
     error: str | None = None
     returned: tuple[object, ...] = ()
+    parts: tuple[_WireResult, ...] = ()
 
 
 _RESULT_DECODER: Final = msgspec.msgpack.Decoder(_WireResult)
 
 
+def _canonical_result(wire: _WireResult) -> tuple[object, ...]:
+    fields: tuple[object, ...] = (wire.reads, wire.applied, wire.error)
+    if wire.parts:
+        return (*fields, wire.returned, [_canonical_result(p) for p in wire.parts])
+    return (*fields, wire.returned) if wire.returned else fields
+
+
+def _built_result(wire: _WireResult) -> TxnResult:
+    reads = tuple([(key, _wire_value(value)) for key, value in wire.reads])
+    returned = tuple([_wire_value(v) for v in wire.returned])
+    parts = tuple(map(_built_result, wire.parts))
+    return TxnResult(reads, wire.applied, wire.error, returned, parts)
+
+
 def _fast_result(data: bytes) -> TxnResult:
     """A client result by msgspec's typed decoding, vouched for as :func:`_fast_txn`
-    vouches for a transaction."""
+    vouches for a transaction (a part with parts of its own goes to the walk)."""
     wire = _RESULT_DECODER.decode(data)
-    returned = wire.returned
-    fields = (wire.reads, wire.applied, wire.error)
-    if _ENCODER.encode((*fields, returned) if returned else fields) != data:
+    if len(wire.parts) > MAX_BATCH_PARTS or any(part.parts for part in wire.parts):
         raise _Refused
-    reads = tuple([(key, _wire_value(value)) for key, value in wire.reads])
-    return TxnResult(reads, wire.applied, wire.error, tuple([_wire_value(v) for v in returned]))
+    if _ENCODER.encode(_canonical_result(wire)) != data:
+        raise _Refused
+    return _built_result(wire)
 
 
 _ROUTE_WIRE: Final = tuple[Key, tuple[Key, ...]]

@@ -89,14 +89,17 @@ from accord.primitives import (
     WriteOp,
     WriteScope,
 )
+from accord.primitives.txn import MAX_BATCH_PARTS
 
-CODEC_VERSION: Final = 3
+CODEC_VERSION: Final = 4
 """The wire and journal format's version (the sidecars' peer batches carry it and refuse
 another). Version 3 (partitions of rows) adds selections, the row, slice, count and static
 expressions, the row, static, range and partition writes, TTLs, ``Txn.returns``,
 ``TxnResult.returned`` and ``PartitionRead`` answers, all as new kinds or trailing fields:
 every version-2 message and journal record decodes unchanged (journals need no migration),
-and anything a version-2 node could describe encodes to the same bytes as before."""
+and anything a version-2 node could describe encodes to the same bytes as before. Version 4
+(batches) adds ``Txn.parts`` and ``TxnResult.parts`` as trailing fields, so every version-3
+record decodes unchanged (no parts) and anything without parts encodes as version 3 did."""
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 """Largest encoded message or record, in bytes (16 MiB); larger input is refused unread."""
 MAX_VALUE_DEPTH: Final = 32
@@ -593,9 +596,42 @@ _UPDATE: Final = _struct(
     writes=_tuple_of(_Codec(_encode_write, _decode_write), "writes"),
     condition=_tuple_of(_PREDICATE, "Predicates"),
 )
-_TXN: Final = _extended_struct(
-    Txn, 2, reads=_KEYS, update=_optional(_UPDATE), returns=_tuple_of(_EXPR, "returns")
-)
+
+
+def _parts_of(item: _Codec[T], what: str) -> _Codec[tuple[T, ...]]:
+    """A batch's parts: at most MAX_BATCH_PARTS, refused before any is decoded."""
+
+    def decode(wire: object) -> tuple[T, ...]:
+        values = _array(wire, what)
+        if len(values) > MAX_BATCH_PARTS:
+            raise CodecError(f"{len(values)} {what} exceed MAX_BATCH_PARTS={MAX_BATCH_PARTS}")
+        return tuple(_each(values, item.decode))
+
+    return _Codec(lambda values: _each(_exact(values, tuple), item.encode), decode)
+
+
+def _no_parts(wire: object) -> tuple[()]:
+    if _array(wire, "parts"):
+        raise CodecError("a batch's part holds parts of its own")
+    return ()
+
+
+def _encode_no_parts(parts: tuple[()]) -> list[object]:
+    if _exact(parts, tuple):
+        raise CodecError("a batch's part holds parts of its own")
+    return []
+
+
+# A batch's part is a transaction (and a result's, a result) without parts: decoding
+# never nests deeper than one batch, whatever the input.
+_NO_PARTS: Final[_Codec[tuple[()]]] = _Codec(_encode_no_parts, _no_parts)
+_TXN_FIELDS: Final[dict[str, _Codec[Any]]] = {
+    "reads": _KEYS,
+    "update": _optional(_UPDATE),
+    "returns": _tuple_of(_EXPR, "returns"),
+}
+_TXN_PART: Final = _extended_struct(Txn, 2, **_TXN_FIELDS, parts=_NO_PARTS)
+_TXN: Final = _extended_struct(Txn, 2, **_TXN_FIELDS, parts=_parts_of(_TXN_PART, "parts"))
 _SCOPE: Final = _Codec(
     lambda scope: _int(int(_exact(scope, WriteScope))),
     lambda wire: _construct(WriteScope, _int(wire)),
@@ -653,13 +689,15 @@ def _decode_read(wire: object) -> tuple[Key, Value]:
 
 
 _READS: Final = _tuple_of(_Codec(_encode_read, _decode_read), "reads")
+_RESULT_FIELDS: Final[dict[str, _Codec[Any]]] = {
+    "reads": _READS,
+    "applied": _BOOL,
+    "error": _optional(_STR),
+    "returned": _tuple_of(_VALUE, "returned"),
+}
+_RESULT_PART: Final = _extended_struct(TxnResult, 3, **_RESULT_FIELDS, parts=_NO_PARTS)
 _RESULT: Final = _extended_struct(
-    TxnResult,
-    3,
-    reads=_READS,
-    applied=_BOOL,
-    error=_optional(_STR),
-    returned=_tuple_of(_VALUE, "returned"),
+    TxnResult, 3, **_RESULT_FIELDS, parts=_parts_of(_RESULT_PART, "parts")
 )
 
 # ---------------------------------------------------------------------------- tag tables

@@ -28,6 +28,9 @@ class Bugs:
     write_before_durable: bool = False
     # An applied replica acks any proposal, counting it toward a second outcome.
     applied_acks_any_proposal: bool = False
+    # Batches take any waiting submissions, even parts that write a key another part
+    # reads or writes (NodeConfig.batch_max_parts > 1 only).
+    batch_ignores_disjointness: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)

@@ -358,13 +358,18 @@ class WriteOp:
 
 @dataclass(frozen=True, slots=True)
 class TxnResult:
-    """What the client sees: the values read, whether the condition held, any error."""
+    """What the client sees: the values read, whether the condition held, any error.
+
+    A batch's result (:meth:`Txn.batch`) holds one result per part in ``parts``, in the
+    parts' order, and nothing else (``applied`` is True: the batch executed)."""
 
     reads: tuple[tuple[Key, Value], ...]
     applied: bool
     error: str | None = None
     returned: tuple[Value, ...] = ()
     """The values of ``Txn.returns`` (empty when they fail to evaluate)."""
+    parts: tuple[TxnResult, ...] = ()
+    """Codec version 4: each part's own result, when this is a batch's."""
 
     def read(self, key: Key) -> Value:
         for k, v in self.reads:
@@ -401,15 +406,26 @@ def _expr_selections(expr: Expr | None, into: dict[Selection, None]) -> None:
 _VALUE_WRITES: frozenset[type[Write]] = frozenset({Put, PutRow, PutStatic})
 
 
+MAX_BATCH_PARTS = 256
+"""Most parts a batch may hold (checked when one is built and when one is decoded)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Txn:
     """A transaction: the keys whose row at ``()`` it returns to the client (``reads``), an
     optional update, and expressions over what it read whose values it also returns
-    (``returns``, evaluated before the update's writes, like a ``LET`` then ``SELECT``)."""
+    (``returns``, evaluated before the update's writes, like a ``LET`` then ``SELECT``).
+
+    Or a batch (:meth:`batch`): client transactions coordinated as one, ``parts``, with no
+    reads, update or returns of its own. Its keys and selections are the union of its
+    parts'; no part writes a key another part reads or writes, so every order of the
+    parts is a serial order at the batch's one executeAt (docs/accord.md, "Batches").
+    """
 
     reads: tuple[Key, ...]
     update: Update | None = None
     returns: tuple[Expr, ...] = ()
+    parts: tuple[Txn, ...] = ()
     kind: Kind = field(init=False)
     keys: tuple[Key, ...] = field(init=False)
     read_keys: tuple[Key, ...] = field(init=False)
@@ -418,6 +434,9 @@ class Txn:
     """Everything the transaction reads, each once, in a deterministic order."""
 
     def __post_init__(self) -> None:
+        if self.parts:
+            self._derive_batch(check_disjoint=True)
+            return
         needed: dict[Selection, None] = {RowAt(key): None for key in self.reads}
         writes: set[Key] = set()
         for expr in self.returns:
@@ -439,10 +458,62 @@ class Txn:
         object.__setattr__(self, "keys", tuple(sorted(read | writes)))
         object.__setattr__(self, "selections", tuple(needed))
 
+    @classmethod
+    def batch(cls, parts: tuple[Txn, ...]) -> Txn:
+        """``parts`` coordinated as one transaction; InvalidTransaction unless there are 2 to
+        :data:`MAX_BATCH_PARTS` of them, none a batch itself, and they are disjoint
+        (:func:`disjoint`)."""
+        return cls((), None, (), parts)
+
+    @classmethod
+    def _overlapping_batch(cls, parts: tuple[Txn, ...]) -> Txn:
+        # Only for the planted bug batch_ignores_disjointness (accord/local/bugs.py).
+        txn = object.__new__(cls)
+        for name, value in (("reads", ()), ("update", None), ("returns", ()), ("parts", parts)):
+            object.__setattr__(txn, name, value)
+        txn._derive_batch(check_disjoint=False)
+        return txn
+
+    def _derive_batch(self, *, check_disjoint: bool) -> None:
+        parts = self.parts
+        if self.reads or self.update is not None or self.returns:
+            raise InvalidTransaction("a batch has no reads, update or returns of its own")
+        if not 2 <= len(parts) <= MAX_BATCH_PARTS:
+            raise InvalidTransaction(
+                f"a batch holds 2 to {MAX_BATCH_PARTS} parts, not {len(parts)}"
+            )
+        needed: dict[Selection, None] = {}
+        read: set[Key] = set()
+        writes: set[Key] = set()
+        for index, part in enumerate(parts):
+            if type(part) is not Txn or part.parts:
+                raise InvalidTransaction(f"part {index} of a batch is not a plain transaction")
+            if check_disjoint and not disjoint(part, read, writes):
+                raise InvalidTransaction(
+                    f"part {index} of a batch writes a key another part uses, or uses a key "
+                    "another part writes"
+                )
+            needed.update(dict.fromkeys(part.selections))
+            read.update(part.read_keys)
+            writes.update(part.write_keys)
+        object.__setattr__(self, "kind", Kind.WRITE if writes else Kind.READ)
+        object.__setattr__(self, "read_keys", tuple(sorted(read)))
+        object.__setattr__(self, "write_keys", tuple(sorted(writes)))
+        object.__setattr__(self, "keys", tuple(sorted(read | writes)))
+        object.__setattr__(self, "selections", tuple(needed))
+
     def selections_of(self, keys: tuple[Key, ...]) -> tuple[Selection, ...]:
         """The selections on ``keys`` (what a replica owning them reads)."""
         owned = set(keys)
         return tuple(s for s in self.selections if s.key in owned)
+
+
+def disjoint(txn: Txn, used: set[Key] | frozenset[Key], written: set[Key] | frozenset[Key]) -> bool:
+    """Whether ``txn`` may join a batch whose parts use the keys ``used`` (read or written)
+    and write ``written``: it writes none of ``used`` and uses none of ``written``. Reads may
+    overlap reads. Then no part sees another's writes nor overwrites what another wrote or
+    read, so every order of the parts is a serial order."""
+    return used.isdisjoint(txn.write_keys) and written.isdisjoint(txn.keys)
 
 
 class _EvalError(Exception):
@@ -628,7 +699,23 @@ def execute(txn: Txn, values: Mapping[Key, Value]) -> tuple[tuple[WriteOp, ...],
     ``values`` maps each read key to its :class:`~accord.primitives.rows.PartitionRead` (or,
     from a store without partitions, to its row at ``()``). Deterministic and total: the
     same inputs give the same outputs on every machine.
+
+    A batch evaluates every part against the same ``values``, each on its own: one part's
+    error or false condition never touches another's result or writes. Its writes are the
+    parts' in order (disjoint, so no part's write replaces another's).
     """
+    if txn.parts:
+        writes: list[WriteOp] = []
+        results = []
+        for part in txn.parts:
+            part_writes, result = _execute_one(part, values)
+            writes.extend(part_writes)
+            results.append(result)
+        return _last_per_target(writes), TxnResult((), applied=True, parts=tuple(results))
+    return _execute_one(txn, values)
+
+
+def _execute_one(txn: Txn, values: Mapping[Key, Value]) -> tuple[tuple[WriteOp, ...], TxnResult]:
     try:
         reads = tuple((key, _selected(values, RowAt(key))) for key in txn.reads)
     except _EvalError as error:

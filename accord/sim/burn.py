@@ -34,6 +34,7 @@ from accord.primitives import (
     Update,
     sim_key,
 )
+from accord.primitives.txn import MAX_BATCH_PARTS
 from accord.sim import NO_BUGS, Bugs
 from accord.sim.cluster import Cluster, Faults
 from accord.sim.history import HistoryRecorder, MicroOp
@@ -75,6 +76,10 @@ class BurnConfig:
     nemesis_interval_micros: tuple[int, int] = (300_000, 1_200_000)
     down_micros: tuple[int, int] = (100_000, 2_000_000)
     liveness_micros: int = 120_000_000
+    # Client transactions per Accord transaction at most (NodeConfig.batch_max_parts).
+    batch_max_parts: int = 1
+    # How long a submission waits for others to join its batch, at most (with batching).
+    batch_window_micros: int = 10_000
     safety_deadline_micros: int = 600_000_000
 
     def __post_init__(self) -> None:
@@ -82,6 +87,8 @@ class BurnConfig:
             raise ValueError(f"unknown workload {self.workload!r}: choose list-append or bank")
         if self.txns < 1 or self.clients < 1 or self.keys < 2:
             raise ValueError("txns and clients must be >= 1 and keys >= 2")
+        if not 1 <= self.batch_max_parts <= MAX_BATCH_PARTS:
+            raise ValueError(f"batch_max_parts must be from 1 to {MAX_BATCH_PARTS}")
         if self.shards_per_node < 1:
             raise ValueError("shards_per_node must be >= 1")
         for name in ("coordinator_crash_chance", "long_delay_chance"):
@@ -128,6 +135,8 @@ class RunResult:
     messages: int = 0
     dropped: int = 0
     crashes: int = 0
+    # Transactions coordinated by client submissions, by how many client txns each carried.
+    parts_per_batch: dict[int, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -180,6 +189,7 @@ class RunResult:
             "messages": self.messages,
             "dropped": self.dropped,
             "crashes": self.crashes,
+            "parts_per_batch": {str(k): v for k, v in sorted(self.parts_per_batch.items())},
             "sim_seconds": self.sim_micros / 1e6,
             "cpu_seconds": round(self.cpu_seconds, 3),
             "digest": self.digest,
@@ -386,6 +396,7 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
         reorder_buffer_micros=config.reorder_buffer_micros,
         shared_storage=config.shared_storage,
         recover_delay_adaptive=config.recover_delay_adaptive,
+        batch_max_parts=config.batch_max_parts,
     )
     if config.recover_delay_micros is not None:
         node_config = replace(
@@ -406,6 +417,7 @@ def _run(seed: int, config: BurnConfig, result: RunResult) -> None:
         down_micros=config.down_micros,
         long_delay_chance=config.long_delay_chance,
         shared_store=config.shared_storage,
+        batch_window_micros=config.batch_window_micros,
     )
     if config.workload == "bank":
         cluster.preload(dict.fromkeys(workload.keys.values(), (BANK_INITIAL_BALANCE, 0)))
@@ -507,3 +519,4 @@ def _collect(cluster: Cluster, result: RunResult, issued: int) -> None:
     result.slow_path = stats.slow_path
     result.recoveries = stats.recoveries
     result.invalidations = stats.invalidations
+    result.parts_per_batch = dict(stats.parts_per_batch)

@@ -89,6 +89,18 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated node ids voting first in every shard (with --electorate)",
     )
     parser.add_argument(
+        "--batch-max-parts",
+        type=int,
+        default=1,
+        help="client transactions coordinated as one Accord transaction at most (1 = no batching)",
+    )
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=10.0,
+        help="with batching, how long the simulated host holds a submission at most",
+    )
+    parser.add_argument(
         "--reconcile", action="store_true", help="run each seed twice and compare trace digests"
     )
     parser.add_argument(
@@ -104,8 +116,17 @@ def _line(result: RunResult) -> str:
         f"seed={result.seed} txns={result.txns} ok={result.ok} fail={result.failed} "
         f"unknown={result.unknown} fast-path={result.fast_path_share:.0%} p50={p50_ms:.1f}ms "
         f"p99={p99_ms:.1f}ms recoveries={result.recoveries} invalidations={result.invalidations} "
-        f"crashes={result.crashes} verdict={result.verdict_text()}"
+        f"crashes={result.crashes}{_batches(result)} verdict={result.verdict_text()}"
     )
+
+
+def _batches(result: RunResult) -> str:
+    batches = result.parts_per_batch
+    txns = sum(batches.values())
+    if not any(parts > 1 for parts in batches):
+        return ""
+    parts = sum(parts * count for parts, count in batches.items())
+    return f" parts/batch={parts / txns:.2f} (max {max(batches)})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             long_delay_chance=args.long_delay_chance,
             bugs=Bugs(**dict.fromkeys(args.bug, True)),
             shared_storage=args.shared_storage,
+            batch_max_parts=args.batch_max_parts,
+            batch_window_micros=int(args.batch_window_ms * 1000),
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

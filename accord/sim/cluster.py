@@ -44,6 +44,9 @@ from accord.sim.oracle import Oracle
 from accord.topology import Topology
 
 TICK_MICROS = 10_000
+# With batching on, how long a submission may wait for others to join its batch at most
+# (NodeConfig.batch_max_parts); a sidecar waits for its journal fsync meanwhile.
+BATCH_WINDOW_MICROS = 10_000
 _TYPE_CODES = {
     t: i for i, t in enumerate(sorted((*REQUEST_TYPES, *REPLY_TYPES), key=lambda t: t.__name__))
 }
@@ -140,9 +143,16 @@ class _NodeSlot:
     incarnation: int = 0
     data_busy_until: int = 0
     crashes: int = 0
+    # Submissions the host has not handed to the node yet (batching on; see submit).
+    held: list[tuple[int, Any]] = field(default_factory=list)
 
 
 ReplyHandler = Callable[[int, ClientReply], None]
+
+
+def _add_batches(into: NodeStats, stats: NodeStats) -> None:
+    for parts, count in stats.parts_per_batch.items():
+        into.parts_per_batch[parts] = into.parts_per_batch.get(parts, 0) + count
 
 
 class Cluster:
@@ -162,6 +172,7 @@ class Cluster:
         long_delay_chance: float = 0.02,
         down_micros: tuple[int, int] = (100_000, 2_000_000),
         shared_store: bool = False,
+        batch_window_micros: int = BATCH_WINDOW_MICROS,
     ) -> None:
         self.topology = topology
         # Crashes of any kind keep at most this many nodes down at once.
@@ -170,6 +181,7 @@ class Cluster:
         self.long_delay_chance = long_delay_chance
         self.down_micros = down_micros
         self.seed = seed
+        self.batch_window_micros = max(1, batch_window_micros)
         self.rng = random.Random(seed)
         self.faults = faults
         self.config = config or NodeConfig()
@@ -255,6 +267,14 @@ class Cluster:
                 slot.node.tick()
                 self._flush(node_id)
                 self._schedule(TICK_MICROS, "tick", payload)
+        elif kind == "flush":
+            node_id, incarnation = payload
+            slot = self.slots[node_id]
+            if slot.node is not None and slot.incarnation == incarnation:
+                held, slot.held = slot.held, []
+                for request_id, txn in held:
+                    slot.node.submit(request_id, txn)
+                self._flush(node_id)
         elif kind == "data":
             self._data_done(*payload)
         elif kind == "call":
@@ -290,6 +310,7 @@ class Cluster:
         retired.slow_path += stats.slow_path
         retired.recoveries += stats.recoveries
         retired.invalidations += stats.invalidations
+        _add_batches(retired, stats)
 
     def total_stats(self) -> NodeStats:
         """Counters summed over every node and every incarnation of it."""
@@ -303,6 +324,7 @@ class Cluster:
             total.slow_path += stats.slow_path
             total.recoveries += stats.recoveries
             total.invalidations += stats.invalidations
+            _add_batches(total, stats)
         return total
 
     def node(self, node_id: int) -> Node | None:
@@ -319,6 +341,7 @@ class Cluster:
         self._retire(slot.node.stats)
         slot.node = None
         slot.incarnation += 1
+        slot.held = []
         slot.crashes += 1
         self._note("crash", node_id)
         self._schedule(down_micros, "restart", node_id)
@@ -337,8 +360,20 @@ class Cluster:
         node = self.slots[node_id].node
         if node is None:
             return False
-        node.submit(request_id, txn)
-        self._flush(node_id)
+        if self.config.batch_max_parts == 1:
+            node.submit(request_id, txn)
+            self._flush(node_id)
+            return True
+        # A sidecar takes submissions while it awaits its journal fsync and the node
+        # coordinates them together at its next ready(). Here the host holds them for up to
+        # batch_window_micros, then submits them all and flushes: enough arrive together
+        # for the burn test to see batches. A crash meanwhile loses them unsubmitted.
+        slot = self.slots[node_id]
+        if not slot.held:
+            self._schedule(
+                self.rng.randrange(self.batch_window_micros), "flush", (node_id, slot.incarnation)
+            )
+        slot.held.append((request_id, txn))
         return True
 
     # ------------------------------------------------------------------ the shell loop

@@ -30,6 +30,7 @@ class Net:
     recover_delay_adaptive: bool = NodeConfig().recover_delay_adaptive
     max_progress_coordinators: int = NodeConfig().max_progress_coordinators
     shared_storage: bool = False
+    batch_max_parts: int = 1
     # Nodes whose data writes never finish (a writer that died mid-write), and how many
     # data writes each node's store executed.
     hold_writes: set[int] = field(default_factory=set)
@@ -58,6 +59,7 @@ class Net:
             recover_delay_adaptive=self.recover_delay_adaptive,
             max_progress_coordinators=self.max_progress_coordinators,
             shared_storage=self.shared_storage,
+            batch_max_parts=self.batch_max_parts,
         )
         assert self.topology is not None
         self.nodes[node_id] = Node(

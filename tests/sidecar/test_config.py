@@ -118,6 +118,9 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
         pytest.param(
             {"max_progress_coordinators": 0}, ["max_progress_coordinators"], id="progress"
         ),
+        pytest.param({"batch_max_parts": 0}, ["batch_max_parts"], id="batch-none"),
+        pytest.param({"batch_max_parts": 257}, ["batch_max_parts", "256"], id="batch-many"),
+        pytest.param({"batch_max_keys": 2000}, ["batch_max_keys", "1024"], id="batch-keys"),
         pytest.param(
             {"shared_storage": True},
             ["shared_storage: true needs store: cassandra"],
@@ -183,6 +186,15 @@ def test_admission_and_progress_limits_reach_the_node(tmp_path: Path) -> None:
     assert node_config(config).max_progress_coordinators == 4
     admission = admission_control(config)
     assert (admission.per_key, admission.max_waiting_per_key, admission.max_waiting) == (3, 5, 7)
+
+
+def test_the_batch_limits_reach_the_node(tmp_path: Path) -> None:
+    from accord_cassandra.server import node_config
+
+    defaults = node_config(load(write(tmp_path)))
+    assert (defaults.batch_max_parts, defaults.batch_max_keys) == (32, 256)
+    config = node_config(load(write(tmp_path, batch_max_parts=1, batch_max_keys=8)))
+    assert (config.batch_max_parts, config.batch_max_keys) == (1, 8)
 
 
 def test_the_recover_delay_settings_reach_the_node(tmp_path: Path) -> None:

@@ -259,6 +259,45 @@ def test_metrics_expose_the_counters(embedded: LocalSidecars) -> None:
     assert b"404 Not Found" in _http_get(sidecar.metrics_address, "/nothing-here")
 
 
+def test_concurrent_clients_each_get_their_own_result_and_parts_are_counted(
+    embedded: LocalSidecars,
+) -> None:
+    """Group commit (batch_max_parts, default 32): transactions submitted together may share
+    one Accord transaction, and each client still reads its own row in its own result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sidecar = embedded.sidecars[2]
+    accounts = 48
+    with client(sidecar.address) as c:
+        for i in range(accounts):
+            c.transact(
+                Transaction().update("bank", "accounts", f"batch-{i}", balance=10 * i, tag=0)
+            )
+        before = metrics_of(sidecar.metrics_address)
+
+        def step(i: int) -> tuple[int, object, bool]:
+            t = Transaction()
+            row = t.let("row", "bank", "accounts", f"batch-{i}")
+            t.where(row["balance"] == 10 * i)
+            t.update("bank", "accounts", f"batch-{i}", balance=row["balance"] + 1, tag=1)
+            result = c.transact(t)
+            return i, result.rows["row"]["balance"], result.applied
+
+        with ThreadPoolExecutor(max_workers=accounts) as pool:
+            outcomes = list(pool.map(step, range(accounts)))
+        after = metrics_of(sidecar.metrics_address)
+        assert outcomes == [(i, 10 * i, True) for i in range(accounts)]
+        for i in range(accounts):
+            read = Transaction()
+            read.let("row", "bank", "accounts", f"batch-{i}")
+            assert c.transact(read).rows["row"]["balance"] == 10 * i + 1
+    # Every client transaction is one part of exactly one coordinated transaction.
+    parts = after["accord_batch_parts_sum"] - before["accord_batch_parts_sum"]
+    batches = after["accord_batch_parts_count"] - before["accord_batch_parts_count"]
+    assert parts == accounts and 1 <= batches <= parts
+    assert after['accord_batch_parts_bucket{le="+Inf"}'] == after["accord_batch_parts_count"]
+
+
 # ---------------------------------------------------------------------------- peer protocol
 
 

@@ -21,26 +21,44 @@ ALL_FAULTS = Faults.parse("all")
 
 
 def _explain(result: RunResult) -> str:
+    batching = " --batch-max-parts 8 --batch-window-ms 30" if _batched(result) else ""
     return (
-        f"seed={result.seed}: {result.verdict_text()} "
-        f"(reproduce: python -m accord.sim --seed-start {result.seed} --seeds 1 --txns {TXNS})"
+        f"seed={result.seed}: {result.verdict_text()} (reproduce: python -m accord.sim "
+        f"--seed-start {result.seed} --seeds 1 --txns {TXNS}{batching})"
     )
+
+
+# Group commit (NodeConfig.batch_max_parts): the simulated host holds submissions for up
+# to 30 ms, so client transactions arriving together are coordinated as one batch.
+BATCHING: dict[str, object] = {"batch_max_parts": 8, "batch_window_micros": 30_000}
+
+
+def _batched(result: RunResult) -> int:
+    """Client transactions that shared their Accord transaction with another."""
+    return sum(parts * count for parts, count in result.parts_per_batch.items() if parts > 1)
 
 
 @pytest.mark.parametrize("workload", ["list-append", "bank"])
 def test_burn_all_faults(workload: str) -> None:
+    """Every seed under every fault; odd seeds batch client transactions (BATCHING), so a
+    batching bug fails this suite as well as the one that plants it."""
     seeds = SEEDS if workload == "list-append" else max(5, SEEDS // 5)
     config = BurnConfig(nodes=5, rf=3, txns=TXNS, workload=workload, faults=ALL_FAULTS)
+    batching = dataclasses.replace(config, **BATCHING)  # type: ignore[arg-type]
     failures = []
     committed = 0
+    batched = 0
     for seed in range(seeds):
-        result = run_seed(seed, config)
+        result = run_seed(seed, batching if seed % 2 else config)
         committed += result.ok
+        batched += _batched(result)
         if not result.passed:
             failures.append(_explain(result))
     assert not failures, "\n".join(failures)
     # Faults must not have starved the workload: most transactions commit.
     assert committed >= 0.8 * seeds * TXNS
+    # The batching seeds did coordinate client transactions together.
+    assert batched >= seeds // 2 * 5
 
 
 def test_burn_without_faults_is_mostly_fast_path() -> None:
@@ -123,6 +141,8 @@ TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "write_before_durable": (1, {}),
     # The stale proposal needs a recovery racing the one that wrote: the fixed delay.
     "applied_acks_any_proposal": (3, {**SHARED, "recover_delay_adaptive": False}),
+    # Two parts of one batch on one key: a lost append or a lost transfer.
+    "batch_ignores_disjointness": (5, BATCHING),
 }
 
 
@@ -145,7 +165,14 @@ def test_burn_test_has_teeth(bug: str) -> None:
 
 @pytest.mark.parametrize(
     ("profile", "seeds"),
-    [("racing", 10), ("multi-shard", 10), ("storm", 5), ("shared-storage", 10)],
+    [
+        ("racing", 10),
+        ("multi-shard", 10),
+        ("storm", 5),
+        ("shared-storage", 10),
+        ("batching", 10),
+        ("batching-shared-storage", 5),
+    ],
 )
 def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -> None:
     """The correct protocol under the profiles that expose the broken variants."""
@@ -154,8 +181,13 @@ def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -
         "multi-shard": MULTI_SHARD,
         "storm": STORM,
         "shared-storage": SHARED,
+        "batching": {**BATCHING, "clients": 24, "keys": 20},
+        "batching-shared-storage": {**SHARED, **BATCHING, "clients": 24},
     }[profile]
     config = BurnConfig(**{"txns": 200, "faults": ALL_FAULTS, **extra})  # type: ignore[arg-type]
+    batched = 0
     for seed in range(seeds):
         result = run_seed(seed, config)
         assert result.passed, _explain(result)
+        batched += _batched(result)
+    assert batched > 0 or config.batch_max_parts == 1

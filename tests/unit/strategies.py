@@ -226,6 +226,29 @@ def txns(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Txn:
     return Txn(tuple(reads), update, tuple(returns))
 
 
+SHARED_READ = Key(0, "shared")
+
+
+@st.composite
+def batches(draw: st.DrawFn, max_parts: int = 3) -> Txn:
+    """Valid batches: each part's keys are its own (names ``p<i>…``), but any part may also
+    read one key they all share, as reads may overlap reads."""
+    tokens = st.integers(-3, 3)
+    parts = []
+    for index in range(draw(st.integers(2, max_parts))):
+        own = st.builds(Key, tokens, st.sampled_from([f"p{index}a", f"p{index}b"]))
+        part = draw(txns(own))
+        if draw(st.booleans()):
+            part = Txn((*part.reads, SHARED_READ), part.update, part.returns)
+        parts.append(part)
+    return Txn.batch(tuple(parts))
+
+
+def any_txns() -> SearchStrategy[Txn]:
+    """Transactions, batches among them."""
+    return st.one_of(txns(), txns(), batches())
+
+
 @st.composite
 def routes(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Route:
     members = draw(st.lists(keys() if key is None else key, min_size=1, max_size=4))
@@ -281,13 +304,24 @@ def partition_reads(draw: st.DrawFn) -> tuple[Key, Value]:
 reads: SearchStrategy[tuple[tuple[Key, Value], ...]] = st.lists(
     st.tuples(keys(), values()), max_size=3
 ).map(tuple)
-txn_results: SearchStrategy[TxnResult] = st.builds(
+part_results: SearchStrategy[TxnResult] = st.builds(
     TxnResult,
     reads,
     st.booleans(),
     st.none() | st.text(max_size=12),
     st.lists(values(), max_size=2).map(tuple),
 )
+txn_results: SearchStrategy[TxnResult] = st.one_of(
+    part_results,
+    part_results,
+    st.builds(
+        TxnResult,
+        st.just(()),
+        st.just(True),
+        parts=st.lists(part_results, min_size=2, max_size=3).map(tuple),
+    ),
+)
+"""Client results, a batch's (one per part) among them."""
 
 
 def _tuples(element: SearchStrategy[T]) -> SearchStrategy[tuple[T, ...]]:
@@ -299,11 +333,11 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
     common = {"cid": cid, "txn_id": ts}
     opt_writes, opt_result = st.none() | _tuples(write_ops), st.none() | txn_results
     return {
-        PreAccept: st.builds(PreAccept, **common, txn=txns(), route=routes()),
+        PreAccept: st.builds(PreAccept, **common, txn=any_txns(), route=routes()),
         Accept: st.builds(
             Accept,
             **common,
-            txn=txns(),
+            txn=any_txns(),
             route=routes(),
             ballot=ts,
             execute_at=ts,
@@ -319,13 +353,13 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
             deps=deps(),
             stable=st.booleans(),
             read=st.booleans(),
-            txn=st.none() | txns(),
+            txn=st.none() | any_txns(),
             route=st.none() | routes(),
         ),
         Apply: st.builds(
             Apply,
             **common,
-            txn=txns(),
+            txn=any_txns(),
             route=routes(),
             execute_at=ts,
             deps=deps(),
@@ -337,7 +371,9 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
         OutcomeDurable: st.builds(OutcomeDurable, **common, ballot=ts, written=st.booleans()),
         CommitInvalidate: st.builds(CommitInvalidate, **common),
         InformDurable: st.builds(InformDurable, **common),
-        BeginRecovery: st.builds(BeginRecovery, **common, txn=txns(), route=routes(), ballot=ts),
+        BeginRecovery: st.builds(
+            BeginRecovery, **common, txn=any_txns(), route=routes(), ballot=ts
+        ),
         BeginInvalidation: st.builds(BeginInvalidation, **common, ballot=ts),
         PreAcceptOk: st.builds(
             PreAcceptOk, **common, witnessed_at=ts, deps=deps(), rejected=st.booleans()
@@ -379,7 +415,7 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
             status=statuses,
             accepted=ts,
             accepts_fast_path=st.booleans(),
-            txn=st.none() | txns(),
+            txn=st.none() | any_txns(),
             route=st.none() | routes(),
         ),
     }
@@ -395,7 +431,7 @@ command_snapshots: SearchStrategy[CommandSnapshot] = st.builds(
     CommandSnapshot,
     txn_id=timestamps(),
     status=statuses,
-    txn=st.none() | txns(),
+    txn=st.none() | any_txns(),
     route=st.none() | routes(),
     promised=timestamps(),
     accepted=timestamps(),

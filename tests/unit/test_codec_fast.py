@@ -430,7 +430,7 @@ def _apply_mutated(edit: Any) -> bytes:
         (_apply_mutated(lambda w: w[8].__setitem__(3, [])), None),
         # Fields the version-2 form never leaves off.
         (_apply_mutated(lambda w: w[7][1].pop()), "expected WriteOp of 3 to 8 elements"),
-        (_apply_mutated(lambda w: w[8].__delitem__(slice(2, None))), "of 3 to 4 elements"),
+        (_apply_mutated(lambda w: w[8].__delitem__(slice(2, None))), "of 3 to 5 elements"),
         # Values the walk refuses.
         (_apply_mutated(lambda w: w[7][0].__setitem__(1, 2**64 - 1)), "signed 64-bit"),
         (_apply_mutated(lambda w: w[8][0][0].__setitem__(1, {"a": 1})), "dict is not"),
