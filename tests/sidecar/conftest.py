@@ -29,6 +29,18 @@ from tests.sidecar.saga_tables import memory_tables
 
 SidecarsT = TypeVar("SidecarsT", bound=LocalSidecars)
 TOKEN = "test-token-0123456789"
+# The issue's bank transfer as Accord CQL with bind markers (src id, dst id, amount, amount,
+# src id, amount, dst id): what the CQL endpoint suites prepare through real drivers.
+TRANSFER = """
+    BEGIN TRANSACTION
+      LET src = (SELECT balance FROM {ks}.accounts WHERE id = ?);
+      LET dst = (SELECT balance FROM {ks}.accounts WHERE id = ?);
+      SELECT src.balance, dst.balance;
+      IF src.balance >= ? THEN
+        UPDATE {ks}.accounts SET balance = src.balance - ? WHERE id = ?;
+        UPDATE {ks}.accounts SET balance = dst.balance + ? WHERE id = ?;
+      END IF
+    COMMIT TRANSACTION"""
 ACCOUNT_COLUMNS = [["balance", "bigint"], ["tag", "bigint"]]
 EMBEDDED_TABLES = {
     "bank.accounts": {"partition_key": [["id", "text"]], "columns": ACCOUNT_COLUMNS},

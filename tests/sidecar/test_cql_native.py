@@ -16,7 +16,12 @@ from cassandra.cluster import Cluster, NoHostAvailable, Session
 
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.native import frame as f
-from tests.sidecar.conftest import CassandraSidecars, CqlSidecars, bank_sidecars_on_cassandra
+from tests.sidecar.conftest import (
+    TRANSFER,
+    CassandraSidecars,
+    CqlSidecars,
+    bank_sidecars_on_cassandra,
+)
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
@@ -40,18 +45,6 @@ def connect(address: str) -> tuple[Cluster, Session]:
         control_connection_timeout=30,
     )
     return cluster, cluster.connect()
-
-
-TRANSFER = """
-    BEGIN TRANSACTION
-      LET src = (SELECT balance FROM {ks}.accounts WHERE id = ?);
-      LET dst = (SELECT balance FROM {ks}.accounts WHERE id = ?);
-      SELECT src.balance, dst.balance;
-      IF src.balance >= ? THEN
-        UPDATE {ks}.accounts SET balance = src.balance - ? WHERE id = ?;
-        UPDATE {ks}.accounts SET balance = dst.balance + ? WHERE id = ?;
-      END IF
-    COMMIT TRANSACTION"""
 
 
 def test_transfers_through_the_endpoint_conserve_the_total(

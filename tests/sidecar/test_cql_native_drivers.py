@@ -18,7 +18,12 @@ from cassandra.query import SimpleStatement
 
 from accord_cassandra.cluster import metrics_of
 from accord_cassandra.launcher import CassandraHandle
-from tests.sidecar.conftest import CassandraSidecars, CqlSidecars, bank_sidecars_on_cassandra
+from tests.sidecar.conftest import (
+    TRANSFER,
+    CassandraSidecars,
+    CqlSidecars,
+    bank_sidecars_on_cassandra,
+)
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
@@ -42,24 +47,16 @@ def fronting(
     cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[FrontingCqlSidecars, CassandraSidecars]]:
     if len(cassandra_cluster.contact_points) < 3:
-        pytest.skip("needs three Cassandra nodes")
+        pytest.fail(
+            "these driver tests need three Cassandra nodes behind three sidecars; "
+            f"the cluster has {len(cassandra_cluster.contact_points)} contact point(s) "
+            "(ACCORD_CASSANDRA_CLUSTER_CONTACT_POINTS)"
+        )
     directory = tmp_path_factory.mktemp("cql-drivers")
     with bank_sidecars_on_cassandra(
         cassandra_cluster, directory, "cqldrv", FrontingCqlSidecars
     ) as pair:
         yield pair
-
-
-TRANSFER = """
-    BEGIN TRANSACTION
-      LET src = (SELECT balance FROM {ks}.accounts WHERE id = ?);
-      LET dst = (SELECT balance FROM {ks}.accounts WHERE id = ?);
-      SELECT src.balance, dst.balance;
-      IF src.balance >= ? THEN
-        UPDATE {ks}.accounts SET balance = src.balance - ? WHERE id = ?;
-        UPDATE {ks}.accounts SET balance = dst.balance + ? WHERE id = ?;
-      END IF
-    COMMIT TRANSACTION"""
 
 
 def counters(sidecars: FrontingCqlSidecars) -> dict[int, dict[str, float]]:
