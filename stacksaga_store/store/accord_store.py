@@ -63,6 +63,7 @@ from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
 from stacksaga_store.errors import (
     InvariantViolation,
     LeaseBusyError,
+    LeaseFenceRefusedError,
     StackSagaError,
     TransactionHistoryFullError,
     TransactionNotFoundError,
@@ -330,6 +331,13 @@ _CURRENT: contextvars.ContextVar[AccordChange | None] = contextvars.ContextVar(
 
 def current_change() -> AccordChange | None:
     return _CURRENT.get()
+
+
+def _fence_of(change: AccordChange | None) -> Part | None:
+    """The epoch condition the open state change carries (a fenced dispatch), if any."""
+    if change is None:
+        return None
+    return next((p for p in change.parts if p.guard and p.what.startswith(FENCE_PART)), None)
 
 
 def after_commit(callback: Callable[[], None]) -> None:
@@ -616,11 +624,14 @@ class ChangeRunner:
         alone.add(part)
         return await alone.commit()
 
-    async def now_or_refused(self, part: Part) -> AccordOutcome:
+    async def now_or_refused(self, part: Part, guard: Part | None = None) -> AccordOutcome:
         """Commit ``part`` alone now, even inside an open change; a refusal is returned, not
-        raised (its rows say why)."""
+        raised (its rows say why). ``guard``, a condition part (a fence), joins it as
+        ``p1_``."""
         alone = AccordChange(self.gateway, part.what, self.crashes)
         alone.add(part)
+        if guard is not None:
+            alone.add(guard)
         try:
             outcome = await alone.commit()
         except StateChangeConflict as conflict:
@@ -1196,8 +1207,8 @@ class AccordProtection(WriteProtection):
     async def _claim_epoch(
         self, key: MarkerKey, range_epoch: int, fence: Callable[[], str | None] | None
     ) -> None:
-        """No epoch row here: the step's state change carries the epoch condition itself
-        (:meth:`AccordEventStore.fence_part`)."""
+        """No epoch row here: the marker lease's take (:meth:`_acquire`) and the step's state
+        change both carry the epoch condition itself (:meth:`AccordEventStore.fence_part`)."""
         return
 
     async def _commit_strict(
@@ -1232,9 +1243,20 @@ class AccordProtection(WriteProtection):
         lease = self._marker_part(
             key, "no marker", expect=None, write=holder, ttl=policy.lease_seconds
         )
+        fence = _fence_of(current_change())
         while True:
-            # Its own transaction, now: the lease must be held before the step runs.
-            outcome = await self.runner.now_or_refused(lease)
+            # Its own transaction, now: the lease must be held before the step runs. Fenced
+            # (a Retry-Node's dispatch), under the step's epoch condition too: a take sent
+            # after the range moved on is refused, so the step does not run at all.
+            outcome = await self.runner.now_or_refused(lease, fence)
+            if fence is not None and fence.held is not None and not fence.held(outcome, "p1_"):
+                mine = outcome.rows.get("p0_m")
+                if mine is not None and mine.get("execution_state") == holder:
+                    await self._drop_lease(key, holder)  # an earlier copy took it after all
+                raise LeaseFenceRefusedError(
+                    f"{key.transaction} step {key.step_id}: marker lease refused by the range "
+                    f"lease's epoch condition ({fence.what}); the step is not run"
+                )
             row = outcome.rows.get("p0_m")
             if outcome.applied or (row is not None and row.get("execution_state") == holder):
                 return None, waits
