@@ -6,6 +6,7 @@ Reference: seed 000, Part 3 "STRICT Mode" (three outcomes, crash between steps 1
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -156,13 +157,19 @@ async def _commit_marker_only(
         await runtime.close()
 
 
+# The killed holder's lease must still be live when the next worker first asks for it. That
+# gap (SIGKILL, join, the next worker's reads) stretched past a 2 s lease at load average 20;
+# the next worker now connects before the kill, and the lease leaves a wide margin.
+TAKEOVER_LEASE = "10s"
+
+
 def test_sigkilled_strict_holder_is_taken_over_after_the_lease_ttl(
     open_store: Opener, service_name: str, node_driver_text: str, tmp_path: Path
 ) -> None:
     log = str(tmp_path / "calls.log")
     transaction_id = run(create_transaction(open_store, "payment-saga", log))
     holder_job = Job(
-        settings_overrides(service_name),
+        settings_overrides(service_name, strict_lease=TAKEOVER_LEASE),
         node_driver_text,
         transaction_id,
         "payment-saga",
@@ -175,16 +182,20 @@ def test_sigkilled_strict_holder_is_taken_over_after_the_lease_ttl(
     holder = context.Process(
         target=deliver_worker, args=(holder_job, None, results, holder_started)
     )
-    holder.start()
-    # The holder's step runs only after it acquired the lease.
-    _wait_for_start(holder, holder_started, results)
-    assert started(log), "the step signalled its start before logging it"
-    assert holder.pid is not None
-    os.kill(holder.pid, signal.SIGKILL)
-    holder.join(PROCESS_JOIN_SECONDS)
-    assert holder.exitcode == -signal.SIGKILL
 
-    outcome, waited = run(_deliver_and_count_waits(open_store, transaction_id, log))
+    def start_and_kill_holder() -> None:
+        holder.start()
+        # The holder's step runs only after it acquired the lease.
+        _wait_for_start(holder, holder_started, results)
+        assert started(log), "the step signalled its start before logging it"
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(PROCESS_JOIN_SECONDS)
+        assert holder.exitcode == -signal.SIGKILL
+
+    outcome, waited = run(
+        _deliver_and_count_waits(open_store, transaction_id, log, before=start_and_kill_holder)
+    )
 
     assert outcome is DeliveryOutcome.EXECUTED
     assert waited >= 1, "the lease of the killed holder should still have been live"
@@ -205,9 +216,10 @@ def _wait_for_start(holder: Any, event: Any, results: Any) -> None:
 
 
 async def _deliver_and_count_waits(
-    opener: Opener, transaction_id: uuid.UUID, log: str
+    opener: Opener, transaction_id: uuid.UUID, log: str, *, before: Callable[[], None]
 ) -> tuple[DeliveryOutcome, int]:
-    runtime = await opener()
+    """Connect and read the transaction, run ``before`` (in a thread), then deliver."""
+    runtime = await opener(strict_lease=TAKEOVER_LEASE)
     waits: list[float] = []
     original_sleep = runtime.protection._sleep
 
@@ -218,6 +230,8 @@ async def _deliver_and_count_waits(
     runtime.protection._sleep = counting_sleep
     try:
         orchestrator = runtime.orchestrator(sagas=[counting_saga("payment-saga", log)])
+        await orchestrator.read(transaction_id)  # connected and prepared before the kill
+        await asyncio.to_thread(before)
         outcome = await orchestrator.deliver(StepEvent(transaction_id, COUNTED_STEP))
         return outcome, len([w for w in waits if w >= 1.0])
     finally:
