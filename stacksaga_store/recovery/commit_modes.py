@@ -354,8 +354,15 @@ class AccordDirectory(Directory):
         return [*self._t4_key(scope, bucket), bucket.bucket_index]
 
     async def register_path(
-        self, scope: DirectoryScope, bucket: BucketRef, instance_id_token: int
+        self,
+        scope: DirectoryScope,
+        bucket: BucketRef,
+        instance_id_token: int,
+        *,
+        alone: bool = False,
     ) -> None:
+        """Tiers 1-4 of ``bucket``: a part of the open state change, or (``alone``) an Accord
+        transaction of their own, now (ahead of the starts that will use the bucket)."""
         ks, window = self.keyspace, bucket.window
         t1 = [*scope.params(), window.year]
         t2 = [*scope.params(), window.date_of_year]
@@ -368,7 +375,10 @@ class AccordDirectory(Directory):
             txn.update(ks, T3, t3, (instance_id_token, bucket.instance_id))
             txn.update(ks, T4, t4, (bucket.bucket_index,))
 
-        await self.runner.submit(Part("tiers 1-4", build), "tiers")
+        if alone:
+            await self.runner.now(Part("tiers 1-4", build))
+        else:
+            await self.runner.submit(Part("tiers 1-4", build), "tiers")
 
     async def insert_entry(
         self,

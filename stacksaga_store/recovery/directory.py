@@ -275,11 +275,17 @@ class Directory:
     # -- writes (Standard-Node) -------------------------------------------------------------
 
     async def register_path(
-        self, scope: DirectoryScope, bucket: BucketRef, instance_id_token: int
+        self,
+        scope: DirectoryScope,
+        bucket: BucketRef,
+        instance_id_token: int,
+        *,
+        alone: bool = False,
     ) -> None:
         """Tier 1-4 upserts for one (window, instance, bucket), top-down as in the seed.
 
-        Idempotent; the writer issues them once per bucket per process.
+        Idempotent; the writer issues them once per bucket per process. (``alone``: for the
+        accord mode's directory; plain writes are always their own.)
         """
         window = bucket.window
         await self._run("t1_put", [*scope.params(), window.year, window.date_of_year])

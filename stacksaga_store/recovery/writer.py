@@ -191,15 +191,15 @@ class RecoveryWriter:
             await self._ensure_path(bucket)
             await self.directory.insert_entry(self.scope, bucket, key.transaction_id)
             return
-        cached = bucket in self._registered and self.clock.now() < self.windows.start(bucket.window)
+        walked = self.clock.now() >= self.windows.start(bucket.window)
+        if not walked and bucket not in self._registered:
+            await self._register_ahead(bucket)
+        cached = not walked and bucket in self._registered
         if not cached:
+            # The window may have been walked (or the registration ahead failed): Tiers 1-4
+            # ride in this change, and the bucket is cached once a change carrying them
+            # committed.
             await self._register(bucket)
-            # Cached from now on, before this change commits: the starts sent meanwhile
-            # take the cached form instead of all writing Tiers 1-4 (hot keys: every one
-            # conflicted with every other). Safe, as the cached form holds only while the
-            # Tier-4 row exists: one ordered before this change, or sent after it failed,
-            # is refused and repairs itself.
-            self._registered.add(bucket)
         after_commit(lambda: self._registered.add(bucket))
         change = current_change()
         if change is not None:
@@ -213,6 +213,35 @@ class RecoveryWriter:
             on_repair=self._repaired,
         )
 
+    async def _register_ahead(self, bucket: BucketRef) -> None:
+        """Accord: Tiers 1-4 of a bucket its window's reader has not walked yet, in their own
+        transaction, once per bucket per process (concurrent starts await the same task),
+        before any start names the bucket. Every start of the bucket then takes the cached
+        form (one read of the Tier-4 row, no upper-tier write), so starts of one lane batch
+        together (ChangeBatcher): when the first start carried Tiers 1-4 itself, the
+        lane's next starts, sent before it committed or in its own batch (whose conditions
+        read the state before it), were refused and sent again alone, and the lanes' first
+        starts, which all write the window's Tier-1 and Tier-2 rows, could not share a
+        transaction. The cached form's condition still guards the Tier-5 row in its own
+        transaction, so the cache can never hide a dropped upper tier. A failure here is
+        not fatal: the start carries Tiers 1-4 itself, as before."""
+        task = self._paths.get(bucket)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+
+            async def register() -> None:
+                await self.directory.register_path(
+                    self.scope, bucket, self._tokens[bucket.instance_id], alone=True
+                )
+                self._registered.add(bucket)
+
+            task = asyncio.ensure_future(register())
+            self._paths[bucket] = task
+        try:
+            # Shielded: a cancelled saga start must not cancel the registration others await.
+            await asyncio.shield(task)
+        except StackSagaError as exc:
+            logger.info("tiers 1-4 of %s not registered ahead (%s); in the start", bucket, exc)
+
     def _repaired(self) -> None:
         self.late_repairs += 1
         logger.info("a cached bucket was dropped under a state change: tiers 1-4 again")
@@ -220,6 +249,7 @@ class RecoveryWriter:
     def _refused(self, bucket: BucketRef, conflict: StateChangeConflict) -> None:
         if any(part.startswith(TIER4_PART) for part in conflict.parts):
             self._registered.discard(bucket)
+            self._paths.pop(bucket, None)
 
     def _prune(self, now: datetime) -> None:
         """Forget buckets of windows a reader may already have walked (bounded memory)."""

@@ -97,3 +97,33 @@ def test_a_change_refused_in_a_batch_does_not_take_the_others_with_it(
                 assert await status_of(stack, txn) is RunningStatus.STARTED
 
     run(body())
+
+
+def test_starts_in_a_fresh_window_never_race_their_buckets_upper_tiers(
+    open_stack: StackFactory, accord_sidecars: list[str]
+) -> None:
+    """48 starts at once in a window no start wrote yet (16 write lanes): each lane's Tiers
+    1-4 are registered ahead, in a transaction of their own that the lane's starts await, so
+    every start takes the cached form (its condition reads the Tier-4 row) and none is
+    refused for a Tier-4 row that was not there yet. Before, each lane's first start carried
+    Tiers 1-4 and the lane's next starts, sent before it committed or batched with it, were
+    refused and repaired (writing Tiers 1-4 again, alone)."""
+    saga = _saga(Counter())
+
+    async def body() -> None:
+        async with open_stack(**accord_recovery(accord_sidecars)) as stack:
+            writer = stack.engine.writer
+            assert len(writer.instance_ids) > 1, "the default has write lanes"
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            created = await asyncio.gather(*(orchestrator.create(saga, {}) for _ in range(STARTS)))
+            assert writer.late_repairs == 0, f"{writer.late_repairs} starts raced their Tier 4"
+            scope = DirectoryScope.of(stack.runtime.settings.instance)
+            dump = await settled_dump(
+                stack, scope, lambda d: set(created) <= set(d.tier5_transactions(odd=True))
+            )
+            assert Counter(dump.tier5_transactions(odd=True)) == Counter(dict.fromkeys(created, 1))
+            # Every lane that took a start has its Tier-3 and Tier-4 rows, nothing more.
+            assert dump.count("es_instances_by_recovery_window") == len(writer.instance_ids)
+            assert dump.count("es_buckets_by_instance") == len(writer.instance_ids)
+
+    run(body())
