@@ -15,48 +15,21 @@ final marker a RELAXED guard would skip a step on, a Tier-5 bucket) are Accord r
 client hears of a transaction once its outcome is chosen, possibly before a replica wrote it
 to Cassandra, so a plain read could miss it.
 
-*One transaction per state change.* The orchestrator opens a state change
-(``async with store.state_change(label)``) around each change of a saga: start, step outcome,
-completion, freeze/quarantine, unfreeze, restore re-arm. Inside it, every write any
-participant issues (the event store, the recovery writer's directory rows, the marker's
-commit) becomes a :class:`Part` of one :class:`AccordChange`: LET rows, conditions and
-mutations under a per-part name prefix. On a clean exit the change commits as one Accord
-transaction; an exception (or a crash) before that writes nothing. Conditions carry the
-invariants the separate writes needed an order for: the es_transaction row does not exist yet
-(start), the tryout index is free, the marker lease is still ours (STRICT; RELAXED's commit
-needs no condition of its own, the tryout's refuses a second record), the Tier-4 row of a
-cached bucket still exists. A refused change raises
-:class:`StateChangeConflict` naming the parts whose conditions failed, and nothing of it
-landed.
-
-*Group commit.* Concurrent state changes of one process may share an Accord transaction
-(:class:`ChangeBatcher`): a sidecar's cost is mostly per transaction, not per row. Each change
-keeps its parts, conditions and all-or-nothing outcome; a batch refused whole because of
-another change's condition sends the others again alone.
-
-*Retries.* :class:`AccordGateway` sends a transaction whose outcome is unknown again (to the
-next sidecar). Every change that can be refused carries a condition its own first commit
-makes false, so a second copy is refused: a refused retry whose conditioned parts all
-recognise their own writes in what the transaction read (:attr:`Part.mine`) counts as
-applied.
-
-*Crash injection.* :class:`CommitCrashes` lets tests stop a process just before or just after
-the transaction of a state change with a given label.
+The transactions themselves (the gateway to the sidecars, state changes, group commit,
+retries, crash injection) are :mod:`stacksaga_store.store.accord_changes`; this module holds
+what the accord mode writes and reads with them: es_transaction, tryouts and frozen rows
+(:class:`AccordEventStore`) and the execution markers (:class:`AccordProtection`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import importlib
 import logging
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from stacksaga_store.clock import to_utc
 from stacksaga_store.config.settings import ConsistencyMode, ProtectionPolicy
@@ -68,6 +41,20 @@ from stacksaga_store.errors import (
     TransactionHistoryFullError,
     TransactionNotFoundError,
     check_state,
+)
+from stacksaga_store.store.accord_changes import (
+    ACCORD_COMMIT_ATTEMPTS_MAX,
+    AccordChange,
+    AccordCommitError,
+    AccordGateway,
+    AccordOutcome,
+    ChangeRunner,
+    CommitCrashes,
+    Part,
+    SimulatedCommitCrash,
+    StateChangeConflict,
+    after_commit,
+    current_change,
 )
 from stacksaga_store.store.cql import CqlSession, Prepared
 from stacksaga_store.store.events import (
@@ -104,15 +91,18 @@ from stacksaga_store.store.states import (
     TryoutStatus,
 )
 
+# The state-change machinery's names are exported here too: the mode's one import.
 __all__ = [
     "ACCORD_COMMIT_ATTEMPTS_MAX",
     "FENCE_PART",
+    "SLICE_ROWS_MAX",
     "AccordChange",
     "AccordCommitError",
     "AccordEventStore",
     "AccordGateway",
     "AccordOutcome",
     "AccordProtection",
+    "ChangeRunner",
     "CommitCrashes",
     "Part",
     "SimulatedCommitCrash",
@@ -120,16 +110,13 @@ __all__ = [
     "after_commit",
     "current_change",
     "ms",
+    "uuid_of",
 ]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ACCORD_COMMIT_ATTEMPTS_MAX = 8
-# Times a refused state change is repaired and sent again (one repair per refused part).
-REPAIRS_MAX = 2
-ACCORD_RETRY_SECONDS = (0.05, 1.0)
 # Rows per Accord slice read: the sidecars' MAX_ROWS_PER_SLICE.
 SLICE_ROWS_MAX = 1000
 TRANSACTION = "es_transaction"
@@ -139,15 +126,6 @@ MARKERS = "es_execution_markers"
 RING_STATE = "es_ring_state"
 # The part of a state change that fences it by its range lease's epoch (see fence_part).
 FENCE_PART = "range lease still at"
-
-
-def sidecar_client() -> Any:
-    """``accord_cassandra.client``, imported on first use of the accord mode.
-
-    Dynamically: the sidecar client (grpc) is only needed in this mode, and its generated
-    gRPC code is untyped, which must not fail ``mypy --strict`` of this package.
-    """
-    return importlib.import_module("accord_cassandra.client")
 
 
 def ms(moment: datetime) -> int:
@@ -165,490 +143,11 @@ def from_ms(value: object) -> datetime:
     return datetime.fromtimestamp(value / 1000, tz=UTC)
 
 
-# -- the gateway ---------------------------------------------------------------------------
-
-
-class AccordCommitError(StackSagaError):
-    """An Accord transaction was refused for good (a bug or a misconfigured sidecar) or did
-    not get an answer after :data:`ACCORD_COMMIT_ATTEMPTS_MAX` attempts."""
-
-    retryable: ClassVar[bool] = True
-
-
-@dataclass(frozen=True, slots=True)
-class AccordOutcome:
-    applied: bool
-    rows: dict[str, dict[str, object] | None]
-    slices: dict[str, list[dict[str, object]]] = field(default_factory=dict)
-    attempts: int = 1  # > 1: an earlier copy's outcome was unknown (it may have committed)
-
-
-# Definite refusals that another sidecar, or the same one a moment later, may accept.
-RETRIED_DEFINITE_CODES = ("RESOURCE_EXHAUSTED", "NOT_SENT")
-
-
-class AccordGateway:
-    """The sidecars' client API (``accord_cassandra.client.AsyncClient``) with failover.
-
-    A transaction whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED), or that was
-    refused for load (RESOURCE_EXHAUSTED) or never sent (NOT_SENT: the sidecar refused the
-    connection), is sent again, to the next sidecar; :attr:`AccordOutcome.attempts` tells the
-    caller, whose conditions decide whether a refused copy was its own earlier commit.
-    """
-
-    def __init__(
-        self, addresses: Sequence[str], *, token: str | None = None, timeout: float = 15.0
-    ) -> None:
-        check_state(bool(addresses), "the accord commit mode needs at least one sidecar")
-        client_module = sidecar_client()
-        self._error_type: type[Exception] = client_module.TransactionError
-        self._clients = [
-            client_module.AsyncClient(a, token=token, timeout=timeout) for a in addresses
-        ]
-        self._next = 0
-        self.transactions = 0
-        self.retries = 0
-        self.batcher: ChangeBatcher | None = None  # made on first use (batcher_of)
-
-    async def transact(self, build: Callable[[], Any]) -> AccordOutcome:
-        """``build()`` returns a fresh ``accord_cassandra.client.Transaction``."""
-        for attempt in range(ACCORD_COMMIT_ATTEMPTS_MAX):
-            client = self._clients[self._next % len(self._clients)]
-            try:
-                result = await client.transact(build())
-            except self._error_type as error:
-                code = getattr(error, "code", "UNKNOWN")
-                if getattr(error, "definite", False) and code not in RETRIED_DEFINITE_CODES:
-                    raise AccordCommitError(f"accord refused the transaction: {error}") from None
-                self.retries += 1
-                self._next += 1
-                delay = min(ACCORD_RETRY_SECONDS[1], ACCORD_RETRY_SECONDS[0] * 2**attempt)
-                logger.info("accord commit retry %d after %s", attempt + 1, code)
-                await asyncio.sleep(delay)
-                continue
-            self.transactions += 1
-            if result.error:
-                raise AccordCommitError(f"accord transaction failed: {result.error}")
-            return AccordOutcome(
-                result.applied, dict(result.rows), dict(result.slices), attempt + 1
-            )
-        raise AccordCommitError(f"no accord outcome after {ACCORD_COMMIT_ATTEMPTS_MAX} attempts")
-
-    async def read(self, build: Callable[[Any], None]) -> AccordOutcome:
-        """A read-only transaction: ``build(txn)`` adds its LETs."""
-
-        def make() -> Any:
-            txn = sidecar_client().Transaction()
-            build(txn)
-            return txn
-
-        return await self.transact(make)
-
-    async def close(self) -> None:
-        for client in self._clients:
-            await client.close()
-
-
-# -- state changes ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One participant's share of a state change.
-
-    ``build(txn, tag)`` adds LETs (named ``tag`` + anything), conditions and mutations;
-    ``mine(outcome, tag)`` says whether the rows the transaction read show this part's own
-    writes (its earlier copy committed); None for a part without conditions.
-    """
-
-    what: str
-    build: Callable[[Any, str], None]
-    mine: Callable[[AccordOutcome, str], bool] | None = None
-    # Called when this part's condition failed: True if it changed what it builds so that
-    # sending the change again may succeed (a cached Tier-4 row that was dropped).
-    repair: Callable[[], bool] | None = None
-    # Did this part's condition hold over what the transaction read? (None: no condition.)
-    held: Callable[[AccordOutcome, str], bool] | None = None
-    # A condition only (a fence): a change of guards alone writes nothing and is not sent.
-    guard: bool = False
-
-
-class StateChangeConflict(StackSagaError):
-    """A state change's conditions did not hold: nothing of it was written."""
-
-    retryable: ClassVar[bool] = True
-
-    def __init__(self, label: str, parts: Sequence[str], outcome: AccordOutcome) -> None:
-        super().__init__(f"state change {label!r} refused; its conditions: {', '.join(parts)}")
-        self.label = label
-        self.parts = tuple(parts)
-        self.outcome = outcome
-
-
-class SimulatedCommitCrash(BaseException):
-    """Raised by :class:`CommitCrashes` (a BaseException, like a SIGKILL nothing catches)."""
-
-    def __init__(self, label: str, phase: str) -> None:
-        super().__init__(f"simulated crash {phase} the commit of {label!r}")
-        self.label = label
-        self.phase = phase
-
-
-class CommitCrashes:
-    """Armed ``(label, phase)`` pairs, phase ``before`` or ``after``; each fires once. A
-    label ``step#3`` names the third change labelled ``step`` of this process."""
-
-    PHASES = ("before", "after")
-
-    def __init__(self, *points: tuple[str, str]) -> None:
-        for _, phase in points:
-            check_state(phase in self.PHASES, f"crash phase {phase!r}")
-        self._armed = set(points)
-        self.fired: list[tuple[str, str]] = []
-        self._seen: Counter[str] = Counter()
-
-    def count(self, label: str) -> int:
-        """Called once per commit: the ordinal of this change among its label's."""
-        self._seen[label] += 1
-        return self._seen[label]
-
-    def arm(self, label: str, phase: str) -> None:
-        check_state(phase in self.PHASES, f"crash phase {phase!r}")
-        self._armed.add((label, phase))
-
-    def hit(self, label: str, phase: str, ordinal: int = 0) -> None:
-        for name in (label, f"{label}#{ordinal}"):
-            if (name, phase) in self._armed:
-                self._armed.discard((name, phase))
-                self.fired.append((name, phase))
-                raise SimulatedCommitCrash(name, phase)
-
-
-_CURRENT: contextvars.ContextVar[AccordChange | None] = contextvars.ContextVar(
-    "stacksaga_accord_change", default=None
-)
-
-
-def current_change() -> AccordChange | None:
-    return _CURRENT.get()
-
-
 def _fence_of(change: AccordChange | None) -> Part | None:
     """The epoch condition the open state change carries (a fenced dispatch), if any."""
     if change is None:
         return None
     return next((p for p in change.parts if p.guard and p.what.startswith(FENCE_PART)), None)
-
-
-def after_commit(callback: Callable[[], None]) -> None:
-    """Run ``callback`` once the open state change committed (at once if none is open)."""
-    change = _CURRENT.get()
-    if change is None:
-        callback()
-    else:
-        change.on_commit.append(callback)
-
-
-class AccordChange:
-    """The parts of one state change, committed as one transaction by :meth:`commit`."""
-
-    def __init__(self, gateway: AccordGateway, label: str, crashes: CommitCrashes) -> None:
-        self.gateway = gateway
-        self.label = label
-        self.crashes = crashes
-        self.parts: list[Part] = []
-        self.on_commit: list[Callable[[], None]] = []
-        # Called with the conflict when the change is refused (a cache to forget, say).
-        self.on_refused: list[Callable[[StateChangeConflict], None]] = []
-        # Awaited then too: undoing what the change's own transaction cannot (a marker lease).
-        self.undo_on_refused: list[Callable[[], Awaitable[None]]] = []
-
-    def add(self, part: Part) -> None:
-        self.parts.append(part)
-
-    def _build(self) -> Any:
-        return self.build_into(sidecar_client().Transaction(), "")
-
-    def build_into(self, txn: Any, prefix: str) -> Any:
-        """Add this change to ``txn``, its LET names prefixed (a batch of changes)."""
-        for index, part in enumerate(self.parts):
-            part.build(txn, f"{prefix}p{index}_")
-        return txn
-
-    async def commit(self) -> AccordOutcome | None:
-        if all(part.guard for part in self.parts):
-            return None
-        ordinal = self.crashes.count(self.label)
-        self.crashes.hit(self.label, "before", ordinal)
-        # The first attempt may share one transaction with other state changes of this
-        # process sent at the same moment (ChangeBatcher).
-        outcome, batched = await batcher_of(self.gateway).commit(self)
-        for _ in range(REPAIRS_MAX + 1):
-            if outcome.applied or self._own_retry(outcome):
-                break
-            failing = self._failing(outcome)
-            if (failing or not batched) and not (
-                failing and all(p.repair is not None and p.repair() for p in failing)
-            ):
-                break
-            # Repaired, or refused by another change of its batch: alone from now on.
-            batched = False
-            outcome = await self.gateway.transact(self._build)
-        if not outcome.applied and not self._own_retry(outcome):
-            failed = [part.what for part in self._failing(outcome)]
-            conflict = StateChangeConflict(self.label, failed or ["?"], outcome)
-            for refused in self.on_refused:
-                refused(conflict)
-            for undo in self.undo_on_refused:
-                await undo()
-            raise conflict
-        for callback in self.on_commit:
-            callback()
-        self.crashes.hit(self.label, "after", ordinal)
-        return outcome
-
-    def _failing(self, outcome: AccordOutcome) -> list[Part]:
-        return [
-            part
-            for index, part in enumerate(self.parts)
-            if part.held is not None and not part.held(outcome, f"p{index}_")
-        ]
-
-    def _own_retry(self, outcome: AccordOutcome) -> bool:
-        """A refused copy after an unknown outcome: was the earlier copy ours?"""
-        if outcome.attempts <= 1:
-            return False
-        conditioned = [(i, p) for i, p in enumerate(self.parts) if p.mine is not None]
-        return bool(conditioned) and all(
-            p.mine is not None and p.mine(outcome, f"p{i}_") for i, p in conditioned
-        )
-
-
-# Group commit of state changes (ChangeBatcher): transactions in flight before changes wait
-# to share one, and what one transaction may carry (the sidecars refuse more than 64 LETs,
-# conditions or mutations).
-BATCH_IN_FLIGHT_MAX = 4
-BATCH_CHANGES_MAX = 16
-BATCH_LETS_MAX = 64
-BATCH_CONDITIONS_MAX = 64
-BATCH_MUTATIONS_MAX = 64
-
-
-@dataclass(slots=True)
-class _Queued:
-    change: AccordChange
-    future: asyncio.Future[tuple[AccordOutcome | None, bool]]
-    lets: int
-    conditions: int
-    mutations: int
-    rows: frozenset[bytes]  # the rows it mutates (a transaction mutates a row once)
-
-
-class ChangeBatcher:
-    """Group commit: concurrent state changes of this process share Accord transactions.
-
-    Every Accord transaction costs the sidecars about the same whatever it carries, and that
-    cost bounds the accord mode's rate. So while :data:`BATCH_IN_FLIGHT_MAX` transactions are
-    in flight, further changes queue, and each transaction sent carries every queued change
-    that fits (limits above; mutated rows disjoint): one change alone when the gateway is
-    idle (no added latency), many under load. A batch is one transaction, so each change in
-    it is still all-or-nothing, and its conditions are its own: the batch's conditions are
-    the AND of all of them, each read on the state before the batch. A batch refused is
-    refused whole; each change then looks at its own conditions in what the batch read:
-    one of its own failed, it is refused (or repaired) as alone; none did, it is sent again
-    alone (:meth:`AccordChange.commit`). A batch the sidecars reject outright is sent again
-    change by change.
-    """
-
-    def __init__(self, gateway: AccordGateway) -> None:
-        self.gateway = gateway
-        self._queue: list[_Queued] = []
-        self._in_flight = 0
-        self._tasks: set[asyncio.Future[None]] = set()
-        self.batches = 0
-        self.batched_changes = 0
-
-    async def commit(self, change: AccordChange) -> tuple[AccordOutcome, bool]:
-        """The outcome of the transaction that carried ``change`` (its LETs under their own
-        names), and whether other changes shared it."""
-        shape = change.build_into(sidecar_client().Transaction(), "").request
-        loop = asyncio.get_running_loop()
-        queued = _Queued(
-            change,
-            loop.create_future(),
-            len(shape.lets),
-            len(shape.conditions),
-            len(shape.mutations),
-            frozenset(m.row.SerializeToString(deterministic=True) for m in shape.mutations),
-        )
-        self._queue.append(queued)
-        self._flush()
-        try:
-            outcome, batched = await asyncio.shield(queued.future)
-        except asyncio.CancelledError:
-            if queued in self._queue:
-                self._queue.remove(queued)
-            raise
-        if outcome is None:  # its batch was rejected as a whole: alone
-            return await self.gateway.transact(change._build), False
-        return outcome, batched
-
-    def _flush(self) -> None:
-        while self._queue and self._in_flight < BATCH_IN_FLIGHT_MAX:
-            batch = self._take()
-            self._in_flight += 1
-            task = asyncio.ensure_future(self._send(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _take(self) -> list[_Queued]:
-        batch: list[_Queued] = []
-        lets = conditions = mutations = 0
-        rows: set[bytes] = set()
-        kept: list[_Queued] = []
-        for queued in self._queue:
-            fits = (
-                len(batch) < BATCH_CHANGES_MAX
-                and lets + queued.lets <= BATCH_LETS_MAX
-                and conditions + queued.conditions <= BATCH_CONDITIONS_MAX
-                and mutations + queued.mutations <= BATCH_MUTATIONS_MAX
-                and rows.isdisjoint(queued.rows)
-            )
-            if not fits and batch:
-                kept.append(queued)
-                continue
-            batch.append(queued)
-            lets += queued.lets
-            conditions += queued.conditions
-            mutations += queued.mutations
-            rows |= queued.rows
-        self._queue = kept
-        return batch
-
-    async def _send(self, batch: list[_Queued]) -> None:
-        try:
-            if len(batch) == 1:
-                outcome = await self.gateway.transact(batch[0].change._build)
-                _settle(batch[0].future, (outcome, False))
-                return
-
-            def build() -> Any:
-                txn = sidecar_client().Transaction()
-                for index, queued in enumerate(batch):
-                    queued.change.build_into(txn, f"c{index}_")
-                return txn
-
-            self.batches += 1
-            self.batched_changes += len(batch)
-            try:
-                outcome = await self.gateway.transact(build)
-            except AccordCommitError as error:
-                logger.info("a batch of %d changes was refused (%s); alone", len(batch), error)
-                for queued in batch:
-                    _settle(queued.future, (None, False))
-                return
-            for index, queued in enumerate(batch):
-                _settle(queued.future, (_view(outcome, f"c{index}_"), True))
-        except BaseException as error:
-            for queued in batch:
-                if not queued.future.done():
-                    queued.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise
-        finally:
-            self._in_flight -= 1
-            self._flush()
-
-
-def _settle(
-    future: asyncio.Future[tuple[AccordOutcome | None, bool]],
-    result: tuple[AccordOutcome | None, bool],
-) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-def _view(outcome: AccordOutcome, prefix: str) -> AccordOutcome:
-    """One change's share of a batch's outcome, its LETs under their own names."""
-    cut = len(prefix)
-    return AccordOutcome(
-        outcome.applied,
-        {name[cut:]: row for name, row in outcome.rows.items() if name.startswith(prefix)},
-        {name[cut:]: rows for name, rows in outcome.slices.items() if name.startswith(prefix)},
-        outcome.attempts,
-    )
-
-
-def batcher_of(gateway: AccordGateway) -> ChangeBatcher:
-    batcher = gateway.batcher
-    if batcher is None:
-        batcher = gateway.batcher = ChangeBatcher(gateway)
-    return batcher
-
-
-class ChangeRunner:
-    """Opens state changes and submits parts: joined to the open change, or alone."""
-
-    def __init__(self, gateway: AccordGateway, crashes: CommitCrashes | None = None) -> None:
-        self.gateway = gateway
-        self.crashes = crashes or CommitCrashes()
-
-    @contextlib.asynccontextmanager
-    async def state_change(
-        self, label: str, guard: Part | None = None
-    ) -> AsyncIterator[AccordChange]:
-        """One Accord transaction for everything submitted inside (joins an open one);
-        ``guard`` (a condition part) joins it too, once per change."""
-        outer = _CURRENT.get()
-        if outer is not None:
-            if guard is not None and all(p.what != guard.what for p in outer.parts):
-                outer.add(guard)
-            yield outer
-            return
-        change = AccordChange(self.gateway, label, self.crashes)
-        if guard is not None:
-            change.add(guard)
-        token = _CURRENT.set(change)
-        try:
-            yield change
-        finally:
-            _CURRENT.reset(token)
-        await change.commit()
-
-    async def submit(self, part: Part, label: str | None = None) -> AccordOutcome | None:
-        change = _CURRENT.get()
-        if change is not None:
-            change.add(part)
-            return None
-        alone = AccordChange(self.gateway, label or part.what, self.crashes)
-        alone.add(part)
-        return await alone.commit()
-
-    async def now_or_refused(self, part: Part, guard: Part | None = None) -> AccordOutcome:
-        """Commit ``part`` alone now, even inside an open change; a refusal is returned, not
-        raised (its rows say why). ``guard``, a condition part (a fence), joins it as
-        ``p1_``."""
-        alone = AccordChange(self.gateway, part.what, self.crashes)
-        alone.add(part)
-        if guard is not None:
-            alone.add(guard)
-        try:
-            outcome = await alone.commit()
-        except StateChangeConflict as conflict:
-            return conflict.outcome
-        if outcome is None:
-            raise InvariantViolation("a one-part change has an outcome")
-        return outcome
-
-    async def now(self, part: Part) -> AccordOutcome:
-        """Commit ``part`` on its own now, even inside an open change (a lease acquire, which
-        must precede the step it guards)."""
-        alone = AccordChange(self.gateway, part.what, self.crashes)
-        alone.add(part)
-        outcome = await alone.commit()
-        if outcome is None:
-            raise InvariantViolation("a one-part change has an outcome")
-        return outcome
 
 
 # -- the event store -----------------------------------------------------------------------

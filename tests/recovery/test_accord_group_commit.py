@@ -1,4 +1,4 @@
-"""Group commit of the accord mode's state changes (accord_store.ChangeBatcher): concurrent
+"""Group commit of the accord mode's state changes (accord_changes.ChangeBatcher): concurrent
 changes of one process share Accord transactions, and each stays whole and keeps its own
 conditions (real Cassandra + the session's 3 sidecars)."""
 

@@ -25,7 +25,7 @@ OUTSIDE_THE_ROOT = {
     "stacksaga_store.errors.RetryableStepError",
     "stacksaga_store.errors.NonRetryableStepError",
     "stacksaga_store.recovery.commit_modes.SimulatedCrash",
-    "stacksaga_store.store.accord_store.SimulatedCommitCrash",
+    "stacksaga_store.store.accord_changes.SimulatedCommitCrash",
     "accord_cassandra.translate.RequestError",
     "accord_cassandra.datastore.ReadTooLate",
     "accord_cassandra.host.Overloaded",
