@@ -27,7 +27,10 @@ one row short; counting from 0 puts exactly bucket-size rows in every bucket.
 Writes per saga start. The Tier 1-4 upserts of a (window, instance, bucket) are issued once
 per process, by the first start that needs them (concurrent starts await the same task), so
 in steady state a start costs the Tier-5 row plus the es_transaction row: 2 Cassandra writes
-(the ``accord`` mode adds one Accord transaction). Remembered buckets are forgotten once their
+(the ``accord`` mode: in its start's state change, one Accord transaction that concurrent
+starts share, whose condition reads the bucket's Tier-4 row; Tiers 1-4 are registered ahead
+in a transaction of their own unless the window may have been walked, then they ride in the
+start's change). Remembered buckets are forgotten once their
 window is older than the reader's window, so memory stays bounded by the windows in flight.
 
 Write lanes (accord mode). Accord orders every pair of transactions that touch a common
