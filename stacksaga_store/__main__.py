@@ -27,7 +27,19 @@ from stacksaga_store.store.cql import StoreUnavailableError
 from stacksaga_store.store.schema import Severity, apply_schema, check_schema, schema_cql
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_CONFIG, EXIT_UNAVAILABLE = 0, 1, 2, 3
+# The errors a command ends with, printed, and their exit codes (the module docstring's).
+ERROR_EXITS: dict[type[Exception], int] = {
+    ConfigError: EXIT_CONFIG,
+    SchemaMismatchError: EXIT_PROBLEMS,
+    TransactionNotFoundError: EXIT_PROBLEMS,
+    StoreUnavailableError: EXIT_UNAVAILABLE,
+}
 DEMO_NODE_IP = "127.0.2.1"
+
+
+def _out(line: str) -> None:
+    """A long-running command's report line, flushed at once (a supervisor reads it)."""
+    print(line, flush=True)
 
 
 def _settings(args: argparse.Namespace) -> StackSagaSettings:
@@ -167,12 +179,13 @@ def cmd_retry_node(args: argparse.Namespace) -> int:
     settings = _settings(args)
     sagas = load_sagas(args.sagas)
 
-    def out(line: str) -> None:
-        print(line, flush=True)
-
     return asyncio.run(
         serve_retry_node(
-            settings, sagas, node_id=args.node_id, metrics_listen=args.metrics_listen, out=out
+            settings,
+            sagas,
+            node_id=args.node_id,
+            metrics_listen=args.metrics_listen,
+            out=_out,
         )
     )
 
@@ -216,11 +229,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     if args.live_interval < 0.2 or args.live_interval > 60:
         raise ConfigError.single("--live-interval", "must be within 0.2..60 seconds")
 
-    def out(line: str) -> None:
-        print(line, flush=True)
-
     if args.demo:
-        return _console_demo(args, out)
+        return _console_demo(args, _out)
     settings = _settings(args)
     sagas = load_sagas(args.sagas) if args.sagas else []
 
@@ -233,7 +243,7 @@ def cmd_console(args: argparse.Namespace) -> int:
             sidecars=args.sidecar_metrics or [],
             recovery_metrics=args.recovery_metrics or [],
             live_interval=args.live_interval,
-            out=out,
+            out=_out,
         )
     )
 
@@ -252,12 +262,31 @@ def _console_demo(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             )
         )
 
+    return _on_demo_node(args, "stacksaga-console-demo-", out, run)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from stacksaga_store.demo import run_demo
+
+    return _on_demo_node(
+        args, "stacksaga-demo-", print, lambda points: asyncio.run(run_demo(points, print))
+    )
+
+
+def _on_demo_node(
+    args: argparse.Namespace,
+    prefix: str,
+    out: Callable[[str], None],
+    run: Callable[[list[tuple[str, int]]], int],
+) -> int:
+    """``run(contact points)`` on ``--contact-point``, else on a Cassandra node started on
+    ``--node-ip`` in a temporary folder (named ``prefix``...) and stopped afterwards."""
     if args.contact_point:
         host, _, port = args.contact_point.partition(":")
         return run([(host, int(port or 9042))])
     from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
 
-    with tempfile.TemporaryDirectory(prefix="stacksaga-console-demo-") as base_dir:
+    with tempfile.TemporaryDirectory(prefix=prefix) as base_dir:
         spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")
         cluster = LocalCluster(spec, Path(base_dir))
         out(f"starting a Cassandra node on {args.node_ip}:9042 (takes ~10-30 s) ...")
@@ -270,30 +299,6 @@ def _console_demo(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             return run([(args.node_ip, spec.native_port)])
         finally:
             out("stopping the demo node ...")
-            cluster.stop(clean=True)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from stacksaga_store.demo import run_demo
-
-    if args.contact_point:
-        host, _, port = args.contact_point.partition(":")
-        return asyncio.run(run_demo([(host, int(port or 9042))], print))
-    from accord_cassandra.launcher import ClusterSpec, LauncherError, LocalCluster
-
-    with tempfile.TemporaryDirectory(prefix="stacksaga-demo-") as base_dir:
-        spec = ClusterSpec(nodes=1, first_ip=args.node_ip, cluster_name="stacksaga_demo")
-        cluster = LocalCluster(spec, Path(base_dir))
-        print(f"starting a Cassandra node on {args.node_ip}:9042 (takes ~10-30 s) ...")
-        try:
-            cluster.start()
-        except LauncherError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-        try:
-            return asyncio.run(run_demo([(args.node_ip, spec.native_port)], print))
-        finally:
-            print("stopping the demo node ...")
             cluster.stop(clean=True)
 
 
@@ -381,18 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except ConfigError as exc:
+    except tuple(ERROR_EXITS) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except SchemaMismatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
-    except TransactionNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
-    except StoreUnavailableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return next(code for kind, code in ERROR_EXITS.items() if isinstance(exc, kind))
 
 
 if __name__ == "__main__":
