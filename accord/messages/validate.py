@@ -63,26 +63,11 @@ class MessageLimits:
     max_deps: int = 100_000
 
 
-# The last topology's nodes: every message is checked against them, and building the set
-# anew was a sixth of this check's cost in a saturated sidecar. Holding the topology keeps
-# its identity from being reused.
-_last_nodes: tuple[Topology | None, frozenset[int]] = (None, frozenset())
-
-
-def _nodes_of(topology: Topology) -> frozenset[int]:
-    global _last_nodes
-    held, nodes = _last_nodes
-    if held is not topology:
-        nodes = frozenset(topology.nodes())
-        _last_nodes = (topology, nodes)
-    return nodes
-
-
 def validate(
     envelope: Envelope, topology: Topology, now_micros: int, limits: MessageLimits
 ) -> None:
     """Raise :class:`InvalidMessage` unless ``envelope`` could come from an honest peer."""
-    nodes = _nodes_of(topology)
+    nodes = frozenset(topology.nodes())
     if envelope.src not in nodes or envelope.src == envelope.dest:
         raise InvalidMessage(f"sender {envelope.src} is not another node of the topology")
     check = _Checker(nodes, topology.epoch, now_micros + limits.max_future_skew_micros, limits)
