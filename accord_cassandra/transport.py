@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from accord.codec import CODEC_VERSION, CodecError, decode_message, encode_message
+from accord.codec import CODEC_VERSION, CodecError, decode_message, encode_message, readdress
 from accord.invariants import fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage
@@ -217,10 +217,14 @@ class PeerSender:
         self._probed = False
 
     def send(self, envelope: Envelope) -> None:
+        self.send_encoded(encode_message(envelope))
+
+    def send_encoded(self, payload: bytes) -> None:
+        """Queue the codec's bytes of an envelope to this peer."""
         if len(self.queue) >= QUEUE_LIMIT:
             self.queue.popleft()
             self.metrics.dropped += 1
-        self.queue.append((time.monotonic(), encode_message(envelope)))
+        self.queue.append((time.monotonic(), payload))
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -410,6 +414,10 @@ class Peers:
             for peer, address in sorted(addresses.items())
             if peer != node_id
         }
+        # The last envelope encoded: (body, src, dest, bytes). A coordinator sends one body
+        # to every replica in a row; the others get its bytes readdressed, not re-encoded.
+        # Holding the body keeps its identity from being reused (bodies are frozen).
+        self._last: tuple[object, int, int, bytes] | None = None
 
     def start(self) -> None:
         for sender in self.senders.values():
@@ -420,7 +428,14 @@ class Peers:
         if sender is None:
             logger.error("no address for node=%d", envelope.dest)
             return
-        sender.send(envelope)
+        body = envelope.body
+        last = self._last
+        if last is not None and last[0] is body and last[1] == envelope.src:
+            payload = readdress(last[3], envelope.src, last[2], envelope.dest)
+        else:
+            payload = encode_message(envelope)
+        self._last = (body, envelope.src, envelope.dest, payload)
+        sender.send_encoded(payload)
 
     def queue_depths(self) -> dict[int, int]:
         return {peer: len(sender.queue) for peer, sender in self.senders.items()}

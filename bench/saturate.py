@@ -267,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run the sidecars under cProfile and print their top N entries by own time "
         "(the whole run, preload and warm-up included; slower than unprofiled)",
     )
+    parser.add_argument(
+        "--keep-profiles",
+        metavar="DIR",
+        help="with --cprofile, copy the sidecars' profile dumps into DIR (for callers etc.)",
+    )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     parser.add_argument(
         "--batch-max-parts",
@@ -327,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
                     paths = [sidecars.profile_path(node) for node in sidecars.sidecars]
                     print("\n".join(sidecar_profile(paths, entries=args.cprofile)))
                     present = [str(path) for path in paths if path.exists()]
+                    if args.keep_profiles:
+                        Path(args.keep_profiles).mkdir(parents=True, exist_ok=True)
+                        for path in present:
+                            shutil.copy(path, args.keep_profiles)
                     if present:
                         stats = pstats.Stats(*present)
                         print("by cumulative time:")

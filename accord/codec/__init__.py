@@ -640,6 +640,28 @@ def encode_message(message: Envelope | Message) -> bytes:
     return walk.encode_message(message) if data is None else data
 
 
+def _envelope_head(src: int, dest: int) -> bytes:
+    # An envelope is the msgpack array [ENVELOPE_TAG, src, dest, body]: a fixarray of 4,
+    # three integers, then the body's own bytes, which do not depend on the address.
+    return b"\x94" + _ENCODER.encode((ENVELOPE_TAG, src, dest))[1:]
+
+
+def readdress(data: bytes, src: int, dest: int, new_dest: int) -> bytes:
+    """The bytes of ``Envelope(src, new_dest, body)`` from those of ``Envelope(src, dest,
+    body)`` (``encode_message`` of either gives exactly these bytes): a message sent to
+    several replicas is encoded once. :class:`CodecError` if ``data`` is not an envelope
+    from ``src`` to ``dest``."""
+    if not (_is_int(src) and _is_int(dest) and _is_int(new_dest)):
+        raise CodecError("an envelope's addresses are 64-bit integers")
+    head = _envelope_head(src, dest)
+    if not data.startswith(head):
+        raise CodecError(f"not the bytes of an envelope from {src} to {dest}")
+    out = _envelope_head(src, new_dest) + data[len(head) :]
+    if len(out) > MAX_MESSAGE_BYTES:
+        raise CodecError(f"encoded size {len(out)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
+    return out
+
+
 def decode_message(data: bytes) -> Envelope | Message:
     """The message or envelope ``data`` encodes; :class:`CodecError` if it is malformed."""
     _checked_input(data)
@@ -686,4 +708,5 @@ __all__ = [
     "decode_record",
     "encode_message",
     "encode_record",
+    "readdress",
 ]

@@ -258,3 +258,39 @@ async def _survives_grpc_internal_errors() -> None:
 
 def test_the_sender_survives_grpc_internal_errors_probing_and_writing() -> None:
     asyncio.run(_survives_grpc_internal_errors())
+
+
+async def _one_body_to_several_peers() -> None:
+    from accord.codec import decode_message, encode_message
+    from accord_cassandra.transport import Peers
+
+    addresses = {1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3", 4: "127.0.0.1:4"}
+    peers = Peers(1, addresses, grpc.aio.insecure_channel, BatchStamper(KEY))
+    try:
+        shared = InformDurable(7, Timestamp(1, 1_800_000_000_000_000, 0, 1))
+        other = InformDurable(8, Timestamp(1, 1_800_000_000_000_001, 0, 1))
+        # A coordinator's broadcast (one body object, readdressed), then another body with
+        # equal content but its own identity, then the first body again after it.
+        sent = [
+            Envelope(1, 2, shared),
+            Envelope(1, 3, shared),
+            Envelope(1, 4, shared),
+            Envelope(1, 2, other),
+            Envelope(1, 3, shared),
+        ]
+        for envelope in sent:
+            peers.send(envelope)
+        queued = {peer: [p for _, p in s.queue] for peer, s in peers.senders.items()}
+        expected: dict[int, list[bytes]] = {2: [], 3: [], 4: []}
+        for envelope in sent:
+            expected[envelope.dest].append(encode_message(envelope))
+        assert queued == expected
+        for payloads in queued.values():
+            for payload in payloads:
+                assert isinstance(decode_message(payload), Envelope)
+    finally:
+        await peers.close()
+
+
+def test_a_body_sent_to_several_peers_has_each_envelope_s_own_bytes() -> None:
+    asyncio.run(_one_body_to_several_peers())

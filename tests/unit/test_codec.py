@@ -30,6 +30,7 @@ from accord.codec import (
     decode_record,
     encode_message,
     encode_record,
+    readdress,
 )
 from accord.invariants import AccordError
 from accord.local.command import CommandSnapshot
@@ -170,6 +171,30 @@ def test_every_message_round_trips_exactly(cls: type[Any], data: st.DataObject) 
 @SLOW
 def test_envelopes_round_trip_exactly(envelope: Envelope) -> None:
     assert identical(roundtrip(envelope), envelope)
+
+
+@given(envelopes, st.integers(min_value=0, max_value=2**63 - 1))
+@SLOW
+def test_readdressed_envelopes_are_the_bytes_encoding_gives(
+    envelope: Envelope, new_dest: int
+) -> None:
+    # The transport encodes a message sent to several replicas once and readdresses it:
+    # the bytes must be exactly those of encoding the envelope to the other destination.
+    encoded = encode_message(envelope)
+    moved = readdress(encoded, envelope.src, envelope.dest, new_dest)
+    assert moved == encode_message(Envelope(envelope.src, new_dest, envelope.body))
+    assert identical(decode_message(moved), Envelope(envelope.src, new_dest, envelope.body))
+
+
+def test_readdress_refuses_bytes_of_another_envelope() -> None:
+    envelope = Envelope(1, 2, CommitOk(0, Timestamp(1, 5, 0, 1)))
+    encoded = encode_message(envelope)
+    with pytest.raises(CodecError, match="not the bytes of an envelope from 1 to 3"):
+        readdress(encoded, 1, 3, 4)
+    with pytest.raises(CodecError, match="not the bytes of an envelope from 2 to 2"):
+        readdress(encoded, 2, 2, 4)
+    with pytest.raises(CodecError, match="64-bit"):
+        readdress(encoded, 1, 2, 2**64)
 
 
 @given(journal_records)
