@@ -24,17 +24,28 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     repetitions = 1 if quick else 3
     config = BurnConfig(nodes=5, rf=3, txns=txns, workload="list-append", faults=Faults())
     rates = []
+    messages = 0
+    by_type: dict[str, int] = {}
+    issued = 0
     for seed in range(repetitions):
         result = run_seed(seed, config)
         if not result.passed:
             raise RuntimeError(f"seed {seed} failed verification: {result.verdict_text()}")
         rates.append(result.txns / result.cpu_seconds)
+        issued += result.txns
+        messages += result.messages
+        for name, n in result.messages_by_type.items():
+            by_type[name] = by_type.get(name, 0) + n
     report: dict[str, Any] = {
         "suite": "sim",
         "method": __doc__,
         "config": {"nodes": 5, "rf": 3, "txns": txns, "workload": "list-append", "faults": "none"},
         "txns_per_cpu_second": round(statistics.median(rates)),
         "runs": [round(r) for r in rates],
+        "messages_per_txn": round(messages / issued, 2),
+        "messages_per_txn_by_type": {
+            name: round(n / issued, 2) for name, n in sorted(by_type.items(), key=lambda kv: -kv[1])
+        },
         "target_txns_per_cpu_second": 5000,
     }
     if profile:

@@ -133,6 +133,8 @@ class RunResult:
     sim_micros: int = 0
     cpu_seconds: float = 0.0
     messages: int = 0
+    # Messages sent by type name.
+    messages_by_type: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
     crashes: int = 0
     # Transactions coordinated by client submissions, by how many client txns each carried.
@@ -187,6 +189,7 @@ class RunResult:
             "unfinished": self.unfinished,
             "divergent": self.divergent,
             "messages": self.messages,
+            "messages_by_type": dict(sorted(self.messages_by_type.items())),
             "dropped": self.dropped,
             "crashes": self.crashes,
             "parts_per_batch": {str(k): v for k, v in sorted(self.parts_per_batch.items())},
@@ -512,6 +515,7 @@ def _collect(cluster: Cluster, result: RunResult, issued: int) -> None:
     result.divergent = len(cluster.divergent_keys())
     result.digest = cluster.digest
     result.messages = cluster.network.sent
+    result.messages_by_type = {kind.__name__: n for kind, n in cluster.network.sent_by_type.items()}
     result.dropped = cluster.network.dropped
     result.crashes = sum(slot.crashes for slot in cluster.slots.values())
     stats = cluster.total_stats()

@@ -130,6 +130,8 @@ if TYPE_CHECKING:  # the simulator's store is an accord.api.DataStore (checked b
 @dataclass(slots=True)
 class NetworkStats:
     sent: int = 0
+    # Messages sent by body type (the type object: one dict update per message).
+    sent_by_type: dict[type, int] = field(default_factory=dict)
     delivered: int = 0
     dropped: int = 0
     duplicated: int = 0
@@ -430,8 +432,11 @@ class Cluster:
         now = self.now
         seq = self._seq
         self.network.sent += len(messages)
+        by_type = self.network.sent_by_type
         for envelope in messages:
             body = envelope.body
+            kind = type(body)
+            by_type[kind] = by_type.get(kind, 0) + 1
             if type(body) is RecoverOk:
                 self.oracle.on_recover_ok(node_id, node.store, body)
             src, dest = envelope.src, envelope.dest
@@ -525,6 +530,9 @@ class Cluster:
 
     def _send(self, envelope: Envelope) -> None:
         self.network.sent += 1
+        by_type = self.network.sent_by_type
+        kind = type(envelope.body)
+        by_type[kind] = by_type.get(kind, 0) + 1
         src, dest = envelope.src, envelope.dest
         if src == dest:
             self._schedule(0, "deliver", envelope)
