@@ -1,12 +1,16 @@
-"""The mypyc experiment for the simulator (issue 15): build a compiled copy of accord/ in a
-scratch directory, check that it simulates byte for byte what the pure source does, and
-compare simulated transactions per CPU-second, pure against compiled, back to back.
+"""The optional mypyc-compiled build of accord/ for the simulator (issue 15).
 
-    python scripts/mypyc_sim.py build /tmp/accord-mypyc     # ~80 s of CPU on this machine
-    python scripts/mypyc_sim.py compare /tmp/accord-mypyc   # identity, then the rates
+accord/ stays pure Python and is what everything imports by default. ``make accel`` compiles
+the simulator's hot modules with mypyc into ``<venv>/accord-accel`` (a full copy of accord/
+with extension modules beside the sources), outside the worktree so a stale build can never
+shadow edited sources, then checks that the compiled build simulates byte for byte what the
+pure source does. ``python -m bench sim`` then runs it too, in a child process with
+PYTHONPATH pointing at it, and reports both figures.
 
-The compiled copy lives outside the worktree and is used only by the child processes that
-``compare`` starts with PYTHONPATH pointing at it; accord/ itself stays pure Python.
+    python -m bench.accel build     # ~80 s of CPU on the 2-core machine
+    python -m bench.accel check     # same digests and verdicts as the pure source
+    python -m bench.accel compare   # check, then txns per CPU-second, pure vs compiled
+
 Not compiled: accord/messages/__init__.py (mypyc drops the ``ClassVar`` annotations the
 msgspec Structs rely on, so ``has_side_effects`` became a field and the class was refused),
 accord/sim/history.py (a dataclass field typed ``object`` fails at import), and the codec
@@ -15,6 +19,7 @@ and the verifiers, which are not on the simulator's per-message path.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +36,9 @@ def _say(*parts: object) -> None:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+# Beside the venv it was built for: a compiled module works only with that interpreter.
+ACCEL_DIR = Path(sys.prefix) / "accord-accel"
+STAMP = "SOURCE_DIGEST"
 
 COMPILED = [
     "accord/node.py",
@@ -78,9 +86,10 @@ if mode == "identity":
         runs.append([bug, "caught at", caught])
     out["runs"] = runs
 else:
-    config = BurnConfig(nodes=5, rf=3, txns=2000, workload="list-append", faults=Faults())
+    txns, repetitions = int(sys.argv[2]), int(sys.argv[3])
+    config = BurnConfig(nodes=5, rf=3, txns=txns, workload="list-append", faults=Faults())
     rates = []
-    for seed in range(3):
+    for seed in range(repetitions):
         r = run_seed(seed, config)
         if not r.passed:
             raise SystemExit(f"seed {seed} failed verification")
@@ -90,31 +99,46 @@ print(json.dumps(out))
 """
 
 
+def source_digest() -> str:
+    """sha256 over accord/'s sources: a build made from other sources is stale."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "accord").rglob("*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def status(target: Path = ACCEL_DIR) -> str:
+    """ "ready", "absent" or "stale": whether ``target`` holds a build of today's sources."""
+    stamp = target / STAMP
+    if not stamp.exists():
+        return "absent"
+    return "ready" if stamp.read_text().strip() == source_digest() else "stale"
+
+
 def build(target: Path) -> None:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
+    digest = source_digest()
     shutil.copytree(
         ROOT / "accord", target / "accord", ignore=shutil.ignore_patterns("__pycache__")
     )
-    started = time.process_time()
-    wall = time.monotonic()
+    started = time.monotonic()
     mypyc = Path(sys.executable).parent / "mypyc"
     subprocess.run([str(mypyc), *COMPILED], cwd=target, check=True, stdout=subprocess.DEVNULL)
-    child_cpu = os.times().children_user + os.times().children_system
-    _say(
-        f"built {target}: {time.monotonic() - wall:.0f} s wall, "
-        f"{child_cpu + time.process_time() - started:.0f} s CPU"
-    )
+    cpu = os.times().children_user + os.times().children_system
+    # Written last: an interrupted build has no stamp and counts as absent.
+    (target / STAMP).write_text(digest + "\n")
+    _say(f"built {target}: {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU")
 
 
-def _child(mode: str, compiled: Path | None) -> dict[str, Any]:
+def _child(compiled: Path | None, *args: str) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if compiled is not None:
         env["PYTHONPATH"] = str(compiled)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, mode],
+        [sys.executable, "-c", CHILD, *args],
         cwd="/",
         env=env,
         check=True,
@@ -125,9 +149,19 @@ def _child(mode: str, compiled: Path | None) -> dict[str, Any]:
     return result
 
 
-def compare(compiled: Path) -> int:
-    pure_id = _child("identity", None)
-    fast_id = _child("identity", compiled)
+def compiled_rates(txns: int, repetitions: int, target: Path = ACCEL_DIR) -> list[float]:
+    """The bench's simulator runs on the compiled build, in a child process."""
+    result = _child(target, "rate", str(txns), str(repetitions))
+    if not str(result["node_module"]).endswith(".so"):
+        raise RuntimeError(f"{target} did not load compiled modules: {result['node_module']}")
+    rates: list[float] = result["rates"]
+    return rates
+
+
+def check(compiled: Path) -> int:
+    """Same trace digests and verdicts from both builds, planted bugs caught at the same seed."""
+    pure_id = _child(None, "identity")
+    fast_id = _child(compiled, "identity")
     if not str(fast_id["node_module"]).endswith(".so"):
         _say(f"not the compiled build: {fast_id['node_module']}")
         return 1
@@ -135,10 +169,14 @@ def compare(compiled: Path) -> int:
     _say("identity:", "same digests and verdicts" if same else "DIFFERENT")
     for pure_run, fast_run in zip(pure_id["runs"], fast_id["runs"], strict=True):
         _say("  pure", pure_run, "| compiled", fast_run)
-    if not same:
+    return 0 if same else 1
+
+
+def compare(compiled: Path) -> int:
+    if check(compiled):
         return 1
-    pure = _child("rate", None)["rates"]
-    fast = _child("rate", compiled)["rates"]
+    pure = _child(None, "rate", "2000", "3")["rates"]
+    fast = compiled_rates(2000, 3, compiled)
     pure_median = statistics.median(pure)
     fast_median = statistics.median(fast)
     _say(f"pure     txns/CPU-s {[round(r) for r in pure]} median {pure_median:.0f}")
@@ -148,14 +186,18 @@ def compare(compiled: Path) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) != 3 or sys.argv[1] not in ("build", "compare"):
+    commands = {"build": build, "check": check, "compare": compare}
+    if len(sys.argv) not in (2, 3) or sys.argv[1] not in commands:
         _say(__doc__)
         return 2
-    target = Path(sys.argv[2]).resolve()
+    target = Path(sys.argv[2]).resolve() if len(sys.argv) == 3 else ACCEL_DIR
     if sys.argv[1] == "build":
         build(target)
         return 0
-    return compare(target)
+    if status(target) != "ready":
+        _say(f"{target}: build {status(target)}; run `make accel`")
+        return 1
+    return commands[sys.argv[1]](target) or 0
 
 
 if __name__ == "__main__":
