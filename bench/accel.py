@@ -1,20 +1,21 @@
 """The optional mypyc-compiled build of accord/ for the simulator (issue 15).
 
 accord/ stays pure Python and is what everything imports by default. ``make accel`` compiles
-the simulator's hot modules with mypyc into ``<venv>/accord-accel`` (a full copy of accord/
-with extension modules beside the sources), outside the worktree so a stale build can never
-shadow edited sources, then checks that the compiled build simulates byte for byte what the
-pure source does. ``python -m bench sim`` then runs it too, in a child process with
+the simulator's hot modules with mypyc into ``<venv>/accord-accel``: a full copy of accord/
+with extension modules beside the copied sources, in the venv rather than beside accord/, so
+it can never shadow an edited source; a digest of the sources it was built from marks it
+stale once accord/ changes. It then checks that the compiled build simulates byte for byte
+what the pure source does. ``python -m bench sim`` runs it too, in a child process with
 PYTHONPATH pointing at it, and reports both figures.
 
-    python -m bench.accel build     # ~80 s of CPU on the 2-core machine
+    python -m bench.accel build     # 80-95 s of CPU on the 2-core machine
     python -m bench.accel check     # same digests and verdicts as the pure source
     python -m bench.accel compare   # check, then txns per CPU-second, pure vs compiled
 
 Not compiled: accord/messages/__init__.py (mypyc drops the ``ClassVar`` annotations the
 msgspec Structs rely on, so ``has_side_effects`` became a field and the class was refused),
-accord/sim/history.py (a dataclass field typed ``object`` fails at import), and the codec
-and the verifiers, which are not on the simulator's per-message path.
+accord/sim/history.py (a dataclass field typed ``object`` fails at import), and the codec,
+which the simulator does not use.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ COMPILED = [
     "accord/sim/cluster.py",
     "accord/sim/oracle.py",
     "accord/sim/journal.py",
+    "accord/sim/burn.py",
+    "accord/sim/verify.py",
+    "accord/sim/verify_graph.py",
+    "accord/sim/verify_list_append.py",
 ]
 
 # Runs whose digests and verdicts must match: the bench's configuration, every fault, and
