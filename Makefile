@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: cqlsh-session venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium java-driver soak clean
+.PHONY: accel cqlsh-session venv constraints demo demo-saga demo-kafka demo-maelstrom porcupine test lint typecheck importlint check cassandra-jars cassandra-up cassandra-down kafka-jars kafka-up kafka-down chromium java-driver soak clean
 
 CONSTRAINTS := constraints.txt
 INSTALL_LOG := $(VENV)/install.log
@@ -64,6 +64,13 @@ demo-maelstrom: $(STAMP) porcupine
 	  --rate 40 --latency 5 --latency-dist exponential --nemesis partition --nemesis-interval 4 --seed 202
 
 check: lint typecheck importlint
+
+## Optional: the simulator's hot modules compiled with mypyc into $(VENV)/accord-accel (accord/
+## stays pure and is the default), then checked to simulate byte for byte what the pure
+## source does. `python -m bench sim` reports both builds once this exists.
+accel: $(STAMP)
+	$(PY) -m bench.accel build
+	$(PY) -m bench.accel check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -18,7 +18,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
@@ -136,7 +136,8 @@ class NodeConfig:
     batch_max_keys: int = 256
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:
+        for config_field in fields(self):
+            name = config_field.name
             check_argument(getattr(self, name) >= 0, "%s must not be negative", name)
         check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
         check_argument(

@@ -181,18 +181,26 @@ def legacy_figures(suite: str, report: Mapping[str, Any]) -> list[dict[str, Any]
     if suite == "sim":
         runs = list(report.get("runs", []))
         target = report.get("target_txns_per_cpu_second")
+        build = str(report.get("build", "pure"))
+        compiled = list(report.get("compiled_runs", []))
+        rows = [[i + 1, build, rate, target] for i, rate in enumerate(runs)]
+        rows += [[i + 1, "compiled (make accel)", rate, target] for i, rate in enumerate(compiled)]
+        series = {f"{build} build": runs}
+        if compiled:
+            series["compiled build"] = compiled
         return [
             figure(
                 "txns_per_cpu_second",
                 "Simulated transactions per CPU-second",
                 layer="simulator (virtual time; no network)",
-                method=str(report.get("method", "")),
-                columns=["run", "txns per CPU-second", "target"],
-                rows=[[i + 1, rate, target] for i, rate in enumerate(runs)],
+                method=str(report.get("method", ""))
+                + f" Compiled build: {report.get('compiled_build', 'absent')}.",
+                columns=["run", "build", "txns per CPU-second", "target"],
+                rows=rows,
                 plot={
                     "kind": "bar",
                     "x": [f"run {i + 1}" for i in range(len(runs))],
-                    "series": {"txns per CPU-second": runs},
+                    "series": series,
                     "hline": {"value": target, "label": "target"} if target else None,
                     "ylabel": "simulated txns / CPU-second",
                 },

@@ -4,7 +4,10 @@ Method: 5 nodes, rf 3, list-append, no faults, one seeded run per repetition; th
 is committed-or-decided transactions divided by the process CPU time of the run
 (``time.process_time``), so other load on the machine barely moves it. ``--profile``
 adds the top entries of a cProfile run (which is slower; the figure comes from the
-unprofiled runs).
+unprofiled runs). The report's ``build`` says which accord/ this process ran (pure unless
+PYTHONPATH points at a compiled copy); when ``make accel`` has built
+the mypyc-compiled copy (bench/accel.py) for today's sources, the same runs repeat on it in
+a child process and the report carries both figures and their ratio.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import pstats
 import statistics
 from typing import Any
 
+import accord.node
 from accord.sim.burn import BurnConfig, run_seed
 from accord.sim.cluster import Faults
+from bench import accel
 
 
 def run(*, quick: bool, profile: bool) -> dict[str, Any]:
@@ -47,7 +52,15 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
             name: round(n / issued, 2) for name, n in sorted(by_type.items(), key=lambda kv: -kv[1])
         },
         "target_txns_per_cpu_second": 5000,
+        "build": "compiled" if accord.node.__file__.endswith(".so") else "pure",
     }
+    compiled = accel.status()
+    report["compiled_build"] = compiled
+    if compiled == "ready":
+        fast = accel.compiled_rates(txns, repetitions)
+        report["compiled_txns_per_cpu_second"] = round(statistics.median(fast))
+        report["compiled_runs"] = [round(r) for r in fast]
+        report["compiled_speedup"] = round(statistics.median(fast) / statistics.median(rates), 2)
     if profile:
         profiler = cProfile.Profile()
         profiler.runcall(run_seed, 0, config)

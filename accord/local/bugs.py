@@ -8,7 +8,7 @@ host that does not pass ``bugs=`` to :class:`accord.node.Node` runs the correct 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Bugs:
     batch_ignores_disjointness: bool = False
 
     def any(self) -> bool:
-        return any(getattr(self, name) for name in self.__slots__)
+        return any(getattr(self, bug.name) for bug in fields(self))
 
 
 NO_BUGS = Bugs()

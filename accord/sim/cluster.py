@@ -54,6 +54,17 @@ _EVENT_CODES = {"crash": 1, "restart": 2, "partition": 3, "slow": 4}
 DATA_OP_MICROS = 50
 
 
+FAULT_NAMES: tuple[str, ...] = (
+    "drops",
+    "duplicates",
+    "partitions",
+    "crashes",
+    "skew",
+    "coordinator_crashes",
+    "slow_links",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Faults:
     drops: bool = False
@@ -64,19 +75,9 @@ class Faults:
     coordinator_crashes: bool = False
     slow_links: bool = False
 
-    NAMES = (
-        "drops",
-        "duplicates",
-        "partitions",
-        "crashes",
-        "skew",
-        "coordinator_crashes",
-        "slow_links",
-    )
-
     @staticmethod
     def parse(spec: str) -> Faults:
-        names = set(Faults.NAMES)
+        names = set(FAULT_NAMES)
         if spec == "none":
             return Faults()
         if spec == "all":
@@ -91,7 +92,7 @@ class Faults:
         return Faults(**dict.fromkeys(chosen, True))
 
     def any(self) -> bool:
-        return any(getattr(self, name) for name in Faults.NAMES)
+        return any(getattr(self, name) for name in FAULT_NAMES)
 
 
 class SimClock:
