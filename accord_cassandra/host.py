@@ -471,15 +471,22 @@ class SidecarHost:
             self._wake.clear()
             while node.has_ready():
                 ready = node.ready()
+                # Requests that vouch for none of this batch's records, and reads, overlap
+                # the fsync instead of following it (accord.api; docs/accord.md, "Requests
+                # that need no fsync").
+                messages = ready.messages
+                early = ready.early
+                for envelope in messages[:early]:
+                    self._send(envelope)
+                for read in ready.reads:
+                    self._schedule(read.keys, read)
                 await self.journal.append(ready.persist)
                 node.advance(ready)
                 self.metrics.batches += 1
-                for envelope in ready.messages:
+                for envelope in messages[early:] if early else messages:
                     self._send(envelope)
                 for reply in ready.replies:
                     self._answer(reply)
-                for read in ready.reads:
-                    self._schedule(read.keys, read)
                 for write in ready.writes:
                     self._schedule(tuple(w.key for w in write.writes), write)
 
