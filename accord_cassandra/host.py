@@ -6,7 +6,10 @@ One pump task carries out the node's ``Ready`` batches strictly in order:
 2. the batch's journal records are appended and fsync'd (one fsync per batch: while it runs,
    new inputs pile up in the node, so the next batch commits them as a group), then
    ``node.advance(ready)`` acknowledges them as durable;
-3. only then its messages go to peers and its replies to clients;
+3. only then its messages go to peers and its replies to clients, except the batch's early
+   requests (``ready.early``: requests that rest on none of its records), which go before
+   the fsync, as its data reads start then too (docs/accord.md, "Requests that need no
+   fsync");
 4. its data reads and writes are scheduled per key in order: an operation on a key starts
    after every earlier operation on that key finished, which is the data-ordering contract
    of :mod:`accord.api`. Failed data operations are retried with capped backoff: a
