@@ -469,7 +469,6 @@ class Node:
             or self._durable_pending
             or pending.persist  # Ready.is_empty, inline: hosts ask after every input
             or pending.messages
-            or self._early
             or pending.replies
             or pending.reads
             or pending.writes
@@ -527,12 +526,9 @@ class Node:
         early = self._early
         if early:
             self._early = []
-            if any(type(record) is HlcFloor for record in ready.persist):
-                # A timestamp above the durable floor could be minted again after a crash.
-                ready.messages[:0] = early
-            else:
-                ready.messages[:0] = early
-                ready.early = len(early)
+            # A timestamp above the durable floor could be minted again after a crash.
+            if not any(type(record) is HlcFloor for record in ready.persist):
+                ready.early = early
         # The store's pending work moves into the batch (what CommandStore.drain hands out),
         # without new lists for the many rounds that have none.
         if store.persisted:
@@ -582,10 +578,11 @@ class Node:
     def _send(self, dest: int, body: Message) -> None:
         if dest == self.node_id:
             self._local.append(body)
-        elif (self._late_cause or type(body) not in _REQUEST_KINDS) and not self._early_votes:
-            self._ready.messages.append(Envelope(self.node_id, dest, body))
         else:
-            self._early.append(Envelope(self.node_id, dest, body))
+            envelope = Envelope(self.node_id, dest, body)
+            self._ready.messages.append(envelope)
+            if self._early_votes or not (self._late_cause or type(body) not in _REQUEST_KINDS):
+                self._early.append(envelope)
 
     def send(self, dest: int, body: Request) -> None:
         self._send(dest, body)

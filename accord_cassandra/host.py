@@ -477,17 +477,22 @@ class SidecarHost:
                 # Requests that vouch for none of this batch's records, and reads, overlap
                 # the fsync instead of following it (accord.api; docs/accord.md, "Requests
                 # that need no fsync").
-                messages = ready.messages
                 early = ready.early
-                for envelope in messages[:early]:
+                for envelope in early:
                     self._send(envelope)
                 for read in ready.reads:
                     self._schedule(read.keys, read)
                 await self.journal.append(ready.persist)
                 node.advance(ready)
                 self.metrics.batches += 1
-                for envelope in messages[early:] if early else messages:
-                    self._send(envelope)
+                if early:
+                    sent = {id(envelope) for envelope in early}
+                    for envelope in ready.messages:
+                        if id(envelope) not in sent:
+                            self._send(envelope)
+                else:
+                    for envelope in ready.messages:
+                        self._send(envelope)
                 for reply in ready.replies:
                     self._answer(reply)
                 for write in ready.writes:

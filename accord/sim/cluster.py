@@ -464,7 +464,7 @@ class Cluster:
             return False
         if len(self.slots) - len(self.live_nodes()) >= self.max_down:
             return False
-        early = ready.messages[: ready.early]
+        early = ready.early
         for envelope in self.rng.sample(early, self.rng.randrange(len(early) + 1)):
             self._send(envelope)
         self.crash(node_id, down_micros=self.rng.randrange(*self.down_micros))
