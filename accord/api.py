@@ -22,7 +22,10 @@ Ordering and durability contract:
 
 * Everything in ``ready.persist`` must be durable (fsync or equivalent) before any message
   in ``ready.messages`` is sent or any reply in ``ready.replies`` is delivered. Replies
-  promise ballots, votes and decisions that a crash must not forget.
+  promise ballots, votes and decisions that a crash must not forget. Two exceptions a host
+  may use (or not): the messages in ``ready.early``, requests that vouch for none of the
+  batch's records, may be sent before the append; and ``ready.reads`` may start before it
+  (a read's result leaves the node only in a later batch).
 * Reads and writes of user data for one key must be performed in the order they appear
   across successive ``Ready`` batches. The node never issues a write for a transaction
   before every earlier-ordered read of that key has been issued.
@@ -172,6 +175,11 @@ class Ready:
     replies: list[ClientReply] = field(default_factory=list)
     reads: list[DataRead] = field(default_factory=list)
     writes: list[DataWrite] = field(default_factory=list)
+    # Those of ``messages`` (the same objects, in the same order) that may leave before
+    # ``persist`` is durable (a host may also send them after it, with the rest): requests
+    # that rest on none of this batch's records (Node._send says which; docs/accord.md,
+    # "Requests that need no fsync"). ``messages`` keeps its order either way.
+    early: list[Envelope] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (self.persist or self.messages or self.replies or self.reads or self.writes)

@@ -239,6 +239,11 @@ class Node:
         # The batch ready() handed out and advance() has not yet acknowledged as persisted.
         self._outstanding: Ready | None = None
         self._local: deque[Message] = deque()
+        # Requests that may leave before this batch's records are durable (Ready.early),
+        # and whether what is being sent now is caused by this batch's own journal records.
+        self._early: list[Envelope] = []
+        self._late_cause = False
+        self._early_votes = bugs.early_votes
         self._coordinators: dict[int, TransactionCoordinator] = {}
         self._coordinating: dict[TxnId, int] = {}
         # The client requests each coordinated txn answers: one, or one per batch part.
@@ -492,6 +497,9 @@ class Node:
         store = self.store
         if self._queued:
             self._form_batches()
+        # What follows acts on this batch's own records (local replies, applied outcomes):
+        # whatever it sends waits for them to be durable (_drain_local makes the exception).
+        self._late_cause = True
         while True:
             if self._local:
                 self._drain_local()
@@ -514,7 +522,14 @@ class Node:
                 store.read_replies.clear()
             if not self._local:
                 break
+        self._late_cause = False
         ready = self._ready
+        early = self._early
+        if early:
+            self._early = []
+            # A timestamp above the durable floor could be minted again after a crash.
+            if not any(type(record) is HlcFloor for record in ready.persist):
+                ready.early = early
         # The store's pending work moves into the batch (what CommandStore.drain hands out),
         # without new lists for the many rounds that have none.
         if store.persisted:
@@ -541,7 +556,14 @@ class Node:
         they persist still reaches the journal before anything they cause is sent."""
         local = self._local
         while local:
-            self._dispatch(self.node_id, local.popleft())
+            body = local.popleft()
+            # A local reply is a vote or an ack journaled in this very batch: what it causes
+            # must not leave before the batch is durable. Read results are values, not
+            # votes: the outcome computed from them is a proposal, counted only with the
+            # acks that journal it (docs/accord.md, "Requests that need no fsync").
+            self._late_cause = type(body) is not ReadOk
+            self._dispatch(self.node_id, body)
+        self._late_cause = True
 
     def advance(self, ready: Ready) -> None:
         """Acknowledge that ``ready.persist`` is durable: the host appended it to its journal
@@ -558,7 +580,10 @@ class Node:
         if dest == self.node_id:
             self._local.append(body)
         else:
-            self._ready.messages.append(Envelope(self.node_id, dest, body))
+            envelope = Envelope(self.node_id, dest, body)
+            self._ready.messages.append(envelope)
+            if self._early_votes or not (self._late_cause or type(body) not in _REQUEST_KINDS):
+                self._early.append(envelope)
 
     def send(self, dest: int, body: Request) -> None:
         self._send(dest, body)
@@ -918,6 +943,7 @@ class Node:
         return self._client_count + len(self._queued)
 
 
+_REQUEST_KINDS = frozenset(REQUEST_TYPES)
 _REQUEST_HANDLERS: dict[type, Callable[[Node, int, Any], Reply | None]] = {
     PreAccept: Node._on_preaccept,
     Accept: Node._on_accept,

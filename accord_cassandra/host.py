@@ -6,7 +6,10 @@ One pump task carries out the node's ``Ready`` batches strictly in order:
 2. the batch's journal records are appended and fsync'd (one fsync per batch: while it runs,
    new inputs pile up in the node, so the next batch commits them as a group), then
    ``node.advance(ready)`` acknowledges them as durable;
-3. only then its messages go to peers and its replies to clients;
+3. only then its messages go to peers and its replies to clients, except the batch's early
+   requests (``ready.early``: requests that rest on none of its records), which go before
+   the fsync, as its data reads start then too (docs/accord.md, "Requests that need no
+   fsync");
 4. its data reads and writes are scheduled per key in order: an operation on a key starts
    after every earlier operation on that key finished, which is the data-ordering contract
    of :mod:`accord.api`. Failed data operations are retried with capped backoff: a
@@ -471,15 +474,27 @@ class SidecarHost:
             self._wake.clear()
             while node.has_ready():
                 ready = node.ready()
+                # Requests that vouch for none of this batch's records, and reads, overlap
+                # the fsync instead of following it (accord.api; docs/accord.md, "Requests
+                # that need no fsync").
+                early = ready.early
+                for envelope in early:
+                    self._send(envelope)
+                for read in ready.reads:
+                    self._schedule(read.keys, read)
                 await self.journal.append(ready.persist)
                 node.advance(ready)
                 self.metrics.batches += 1
-                for envelope in ready.messages:
-                    self._send(envelope)
+                if early:
+                    sent = {id(envelope) for envelope in early}
+                    for envelope in ready.messages:
+                        if id(envelope) not in sent:
+                            self._send(envelope)
+                else:
+                    for envelope in ready.messages:
+                        self._send(envelope)
                 for reply in ready.replies:
                     self._answer(reply)
-                for read in ready.reads:
-                    self._schedule(read.keys, read)
                 for write in ready.writes:
                     self._schedule(tuple(w.key for w in write.writes), write)
 

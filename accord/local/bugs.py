@@ -31,6 +31,9 @@ class Bugs:
     # Batches take any waiting submissions, even parts that write a key another part
     # reads or writes (NodeConfig.batch_max_parts > 1 only).
     batch_ignores_disjointness: bool = False
+    # Replies, and what a local reply causes, count as early too (Ready.early): votes that
+    # leave before they are durable.
+    early_votes: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, bug.name) for bug in fields(self))

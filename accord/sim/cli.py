@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from accord.sim import Bugs
 from accord.sim.burn import BurnConfig, RunResult, run_seed
-from accord.sim.cluster import FAULT_NAMES, Faults
+from accord.sim.cluster import FAULT_NAMES, OPT_IN_FAULT_NAMES, Faults
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--faults",
         default="all",
-        help="all, none, or a comma list of " + ",".join(FAULT_NAMES),
+        help="all, none, or a comma list of " + ",".join((*FAULT_NAMES, *OPT_IN_FAULT_NAMES)),
     )
     parser.add_argument(
         "--shards-per-node",

@@ -63,6 +63,8 @@ FAULT_NAMES: tuple[str, ...] = (
     "coordinator_crashes",
     "slow_links",
 )
+# Faults "all" leaves out, so the seeds of "all" keep their trajectories.
+OPT_IN_FAULT_NAMES: tuple[str, ...] = ("early_crashes",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +76,18 @@ class Faults:
     skew: bool = False
     coordinator_crashes: bool = False
     slow_links: bool = False
+    # A node crashes after sending some of a batch's early requests (Ready.early), before
+    # the batch reached its journal. Opt-in: not part of "all", whose seeds keep their
+    # trajectories.
+    early_crashes: bool = False
 
     @staticmethod
     def parse(spec: str) -> Faults:
-        names = set(FAULT_NAMES)
+        names = set(FAULT_NAMES) | set(OPT_IN_FAULT_NAMES)
         if spec == "none":
             return Faults()
         if spec == "all":
-            return Faults(**dict.fromkeys(names, True))
+            return Faults(**dict.fromkeys(FAULT_NAMES, True))
         chosen = {part.strip() for part in spec.split(",") if part.strip()}
         unknown = sorted(chosen - names)
         if unknown:
@@ -92,7 +98,7 @@ class Faults:
         return Faults(**dict.fromkeys(chosen, True))
 
     def any(self) -> bool:
-        return any(getattr(self, name) for name in FAULT_NAMES)
+        return any(getattr(self, name) for name in (*FAULT_NAMES, *OPT_IN_FAULT_NAMES))
 
 
 class SimClock:
@@ -387,6 +393,8 @@ class Cluster:
         if node is None or not node.has_ready():
             return
         ready = node.ready()
+        if ready.early and self.faults_active and self._crash_before_journal(node_id, ready):
+            return
         persist = ready.persist
         if persist:
             slot.journal.append(persist)
@@ -454,6 +462,20 @@ class Cluster:
             seq += 1
             heappush(queue, (now + delay, seq, "deliver", envelope))
         self._seq = seq
+
+    def _crash_before_journal(self, node_id: int, ready: Ready) -> bool:
+        """Maybe crash ``node_id`` after it sent some of ``ready``'s early requests, before
+        anything of ``ready`` reached its journal: what a host that sends them during the
+        fsync risks (accord.api, Ready.early)."""
+        if not self.faults.early_crashes or self.rng.random() >= self.coordinator_crash_chance:
+            return False
+        if len(self.slots) - len(self.live_nodes()) >= self.max_down:
+            return False
+        early = ready.early
+        for envelope in self.rng.sample(early, self.rng.randrange(len(early) + 1)):
+            self._send(envelope)
+        self.crash(node_id, down_micros=self.rng.randrange(*self.down_micros))
+        return True
 
     def _crash_mid_preaccept(self, node_id: int, ready: Ready) -> bool:
         """Maybe crash ``node_id`` after it sent only some of the PreAccepts in ``ready``.

@@ -18,6 +18,11 @@ from accord.sim.cluster import Faults
 SEEDS = int(os.environ.get("ACCORD_BURN_SEEDS", "50"))
 TXNS = int(os.environ.get("ACCORD_BURN_TXNS", "200"))
 ALL_FAULTS = Faults.parse("all")
+# Crashes between sending a batch's early requests and journaling it (Ready.early), often.
+EARLY: dict[str, object] = {
+    "faults": dataclasses.replace(ALL_FAULTS, early_crashes=True),
+    "coordinator_crash_chance": 0.1,
+}
 
 
 def _explain(result: RunResult) -> str:
@@ -143,6 +148,8 @@ TEETH: dict[str, tuple[int, dict[str, object]]] = {
     "applied_acks_any_proposal": (3, {**SHARED, "recover_delay_adaptive": False}),
     # Two parts of one batch on one key: a lost append or a lost transfer.
     "batch_ignores_disjointness": (5, BATCHING),
+    # Votes sent before they are durable, lost by a crash before the journal append.
+    "early_votes": (3, EARLY),
 }
 
 
@@ -172,6 +179,8 @@ def test_burn_test_has_teeth(bug: str) -> None:
         ("shared-storage", 10),
         ("batching", 10),
         ("batching-shared-storage", 5),
+        ("early-crashes", 10),
+        ("early-crashes-shared-storage", 5),
     ],
 )
 def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -> None:
@@ -183,6 +192,8 @@ def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -
         "shared-storage": SHARED,
         "batching": {**BATCHING, "clients": 24, "keys": 20},
         "batching-shared-storage": {**SHARED, **BATCHING, "clients": 24},
+        "early-crashes": EARLY,
+        "early-crashes-shared-storage": {**SHARED, **EARLY},
     }[profile]
     config = BurnConfig(**{"txns": 200, "faults": ALL_FAULTS, **extra})  # type: ignore[arg-type]
     batched = 0
