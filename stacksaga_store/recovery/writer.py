@@ -62,6 +62,7 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from accord_cassandra.tokens import murmur3_token, text_key
@@ -170,9 +171,14 @@ class RecoveryWriter:
         """Tier 1-4 (and the mode's bucket set-up), once per bucket per process."""
         if self.commit.atomic:
             return  # accord: _insert() puts them into the state change itself
+        await self._once(bucket, lambda: self._register(bucket))
+
+    async def _once(self, bucket: BucketRef, work: Callable[[], Awaitable[None]]) -> None:
+        """``work`` for ``bucket`` once per process: concurrent callers await the same task,
+        and one that failed or was cancelled runs again for the next caller."""
         task = self._paths.get(bucket)
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-            task = asyncio.ensure_future(self._register(bucket))
+            task = asyncio.ensure_future(work())
             self._paths[bucket] = task
         # Shielded: a cancelled saga start must not cancel the registration others await.
         await asyncio.shield(task)
@@ -228,20 +234,15 @@ class RecoveryWriter:
         transaction. The cached form's condition still guards the Tier-5 row in its own
         transaction, so the cache can never hide a dropped upper tier. A failure here is
         not fatal: the start carries Tiers 1-4 itself, as before."""
-        task = self._paths.get(bucket)
-        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
 
-            async def register() -> None:
-                await self.directory.register_path(
-                    self.scope, bucket, self._tokens[bucket.instance_id], alone=True
-                )
-                self._registered.add(bucket)
+        async def register() -> None:
+            await self.directory.register_path(
+                self.scope, bucket, self._tokens[bucket.instance_id], alone=True
+            )
+            self._registered.add(bucket)
 
-            task = asyncio.ensure_future(register())
-            self._paths[bucket] = task
         try:
-            # Shielded: a cancelled saga start must not cancel the registration others await.
-            await asyncio.shield(task)
+            await self._once(bucket, register)
         except StackSagaError as exc:
             logger.info("tiers 1-4 of %s not registered ahead (%s); in the start", bucket, exc)
 
