@@ -168,6 +168,14 @@ class _ClientRequest:
 
 
 @dataclass(slots=True)
+class _Asking:
+    txn: Txn
+    route: Route
+    at_micros: int
+    attempts: int = 0
+
+
+@dataclass(slots=True)
 class _Queued:
     request_id: int
     txn: Txn
@@ -249,6 +257,10 @@ class Node:
         # The client requests each coordinated txn answers: one, or one per batch part.
         self._clients: dict[TxnId, list[_ClientRequest]] = {}
         self._client_count = 0
+        # Txns this node coordinated for waiting clients without being a replica of any of
+        # their keys, whose attempt ended without an outcome: no Apply will reach this node,
+        # so it asks by recovering them itself (_ask_outcomes), with the next attempt's time.
+        self._asking: dict[TxnId, _Asking] = {}
         # Submissions not yet coordinated (batching on): taken oldest first by ready().
         self._queued: deque[_Queued] = deque()
         self._overlapping_batches = bugs.batch_ignores_disjointness
@@ -414,6 +426,8 @@ class Node:
         if now - self._last_scan_micros >= self.config.progress_scan_micros:
             self._last_scan_micros = now
             self._scan_progress(now)
+            if self._asking:
+                self._ask_outcomes(now)
             self._expire_clients(now)
 
     def read_done(self, txn_id: TxnId, values: Mapping[Key, Value]) -> None:
@@ -748,7 +762,11 @@ class Node:
             self._reply(coordinator.txn_id, "ok", coordinator.result)
         elif outcome is Outcome.INVALIDATED:
             self._reply(coordinator.txn_id, "invalidated", None)
-        # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
+        elif coordinator.txn_id not in self.store.commands:
+            # UNKNOWN/RETRY with no replica here: ask (_ask_outcomes) once another
+            # coordinator (the recovery that preempted this one) had time to finish.
+            self._ask_later(coordinator)
+        # Otherwise the client waits for the outcome to reach this replica.
 
     def on_fast_path(self, fast: bool) -> None:
         if fast:
@@ -805,7 +823,10 @@ class Node:
         if not self._clients:
             return
         for txn_id in changed:
-            if txn_id not in self._clients or txn_id in self._coordinating:
+            # Even while a coordinator of it runs here: a recovery elsewhere may have outrun
+            # it (it is preempted and gives up), and this change may be the only time this
+            # replica hears the outcome, which is final either way.
+            if txn_id not in self._clients:
                 continue
             command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
@@ -832,6 +853,37 @@ class Node:
                 self._clients[txn_id] = waiting
             else:
                 del self._clients[txn_id]
+
+    def _ask_later(self, coordinator: TransactionCoordinator) -> None:
+        txn, route = coordinator.txn, coordinator.route
+        if txn is None or route is None:
+            return
+        asking = self._asking.get(coordinator.txn_id)
+        if asking is None:
+            asking = self._asking[coordinator.txn_id] = _Asking(txn, route, 0)
+        delay = min(
+            self.recover_delay.home() << min(asking.attempts, 6),
+            self.config.recover_backoff_max_micros,
+        )
+        asking.at_micros = self.now() + delay
+
+    def _ask_outcomes(self, now: int) -> None:
+        """Recover each txn in ``_asking`` whose client still waits, when its time came: the
+        recovery learns the outcome from the replicas (an applied one is re-proposed and
+        chosen again, an invalidation committed) and answers the client through
+        :meth:`finished` like any coordinator of the txn would."""
+        for txn_id in list(self._asking):
+            asking = self._asking[txn_id]
+            if txn_id not in self._clients:
+                del self._asking[txn_id]
+            elif now >= asking.at_micros and txn_id not in self._coordinating:
+                asking.attempts += 1
+                asking.at_micros = now + self.config.recover_backoff_max_micros
+                coordinator = self._new_coordinator(
+                    txn_id, asking.txn, asking.route, self.new_ballot()
+                )
+                self.stats.recoveries += 1
+                coordinator.start_recovery()
 
     # ------------------------------------------------------------------ progress log
 
