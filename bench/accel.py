@@ -42,7 +42,7 @@ ACCEL_DIR = Path(sys.prefix) / "accord-accel"
 STAMP = "SOURCE_DIGEST"
 
 COMPILED = [
-    "accord/node.py",
+    "accord/node",
     "accord/local",
     "accord/coordinate",
     "accord/primitives",

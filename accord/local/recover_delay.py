@@ -21,8 +21,8 @@ shards keep their lead time behind the home shard. Latencies of recovered transa
 left out: they include the delay itself, and counting them would ratchet it up after every
 crash. A healthy transaction that a recovery merely raced (promised a ballot, yet decided
 and delivered by its coordinator) still counts: those are the slow ones to learn from.
-Jitter and backoff stay with the caller (``Node._scan_progress``), drawn from the node's
-seeded rng, so a simulation stays deterministic.
+Jitter and backoff stay with the caller (``accord.node.progress.scan_progress``), drawn
+from the node's seeded rng, so a simulation stays deterministic.
 
 Everything here is bounded: ``window`` samples, ``max_tracked`` transactions in flight
 (the oldest forgotten first, so a txn that never applies here cannot grow it).

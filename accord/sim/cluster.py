@@ -27,7 +27,15 @@ from accord.api import ClientReply, Clock, DataStore, Ready
 from accord.invariants import check_not_none
 from accord.local.command import CommandSnapshot
 from accord.local.effects import DataRead, DataWrite
-from accord.messages import REPLY_TYPES, REQUEST_TYPES, Envelope, PreAccept, RecoverOk
+from accord.messages import (
+    REPLY_TYPES,
+    REQUEST_TYPES,
+    Apply,
+    ApplyOk,
+    Envelope,
+    PreAccept,
+    RecoverOk,
+)
 from accord.node import Node, NodeConfig, NodeStats
 from accord.primitives import (
     TIMESTAMP_MIN,
@@ -208,6 +216,9 @@ class Cluster:
         self.faults_active = faults.any()
         self.retired = NodeStats()
         self.oracle = Oracle(topology, self._applied_everywhere)
+        # (replica, coordinator, cid, txn) of the Apply being delivered, if the oracle says
+        # the replica must refuse it (Oracle.must_refuse): an ApplyOk answering it fails.
+        self._must_refuse: set[tuple[int, int, int, TxnId]] = set()
         # One store for every replica, as the sidecars share Cassandra (pair it with
         # NodeConfig.shared_storage, or every replica writes it).
         shared = SimDataStore() if shared_store else None
@@ -262,8 +273,12 @@ class Cluster:
             network.delivered += 1
             body = envelope.body
             self._trace = hash((self._trace, time, src, dest, codes[type(body)], body.txn_id))
+            if type(body) is Apply and self.oracle.must_refuse(node.store, body):
+                self._must_refuse.add((dest, src, body.cid, body.txn_id))
             node.step(envelope)
             flush(dest)
+            if self._must_refuse:
+                self._must_refuse.clear()
         return stop()
 
     def _dispatch(self, kind: str, payload: Any) -> None:
@@ -409,6 +424,8 @@ class Cluster:
             for envelope in ready.messages:
                 if type(envelope.body) is RecoverOk:
                     self.oracle.on_recover_ok(node_id, node.store, envelope.body)
+                elif self._must_refuse and type(envelope.body) is ApplyOk:
+                    self._check_refused(envelope)
                 self._send(envelope)
         elif ready.messages:
             self._send_fault_free(node_id, node, ready.messages)
@@ -429,6 +446,11 @@ class Cluster:
                 slot.data_busy_until = start
                 self._schedule(start - self.now, "data", (node_id, slot.incarnation, op))
 
+    def _check_refused(self, envelope: Envelope) -> None:
+        body = envelope.body
+        if (envelope.src, envelope.dest, body.cid, body.txn_id) in self._must_refuse:
+            self.oracle.on_vote_for_another_outcome(envelope.src, body.txn_id)
+
     def _send_fault_free(self, node_id: int, node: Node, messages: list[Envelope]) -> None:
         """:meth:`_send` of every message with no faults active: the same random draws and
         the same events in the same order, without a call per message."""
@@ -448,6 +470,8 @@ class Cluster:
             by_type[kind] = by_type.get(kind, 0) + 1
             if type(body) is RecoverOk:
                 self.oracle.on_recover_ok(node_id, node.store, body)
+            elif self._must_refuse and type(body) is ApplyOk:
+                self._check_refused(envelope)
             src, dest = envelope.src, envelope.dest
             if src == dest:
                 delay = 0
@@ -595,8 +619,12 @@ class Cluster:
                 body.txn_id,
             )
         )
+        if type(body) is Apply and self.oracle.must_refuse(slot.node.store, body):
+            self._must_refuse.add((envelope.dest, envelope.src, body.cid, body.txn_id))
         slot.node.step(envelope)
         self._flush(envelope.dest)
+        if self._must_refuse:
+            self._must_refuse.clear()
 
     def partition(self, blocked: set[tuple[int, int]], *, heal_after_micros: int) -> None:
         for link in sorted(blocked):

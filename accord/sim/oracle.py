@@ -26,6 +26,10 @@ invisible to it. These oracles watch every replica instead:
 - **One outcome** (per txn and key): every replica that writes a transaction writes the same
   values. Two outcomes of one txn (a coordinator that executed it again, its proposal
   counted as chosen) would otherwise show only if a later read happened to meet both.
+- **One outcome per vote** (per Apply delivered): a replica that applied a txn never acks a
+  proposal of another outcome under a ballot below its promise. Over a shared store a stale
+  coordinator that read the txn's own writes proposes such an outcome; the write check above
+  sees it chosen only if some replica goes on to write it, this sees the vote.
 - **Recovery evidence** (per reply): the fast-path argument, checked from the replica's raw
   state independently of ``CommandStore``. A replica that holds a conflicting txn with a
   later id, accepted or committed, whose deps for a key the two share lack ours, must report
@@ -46,7 +50,7 @@ from accord.invariants import check_state, fail
 from accord.local.command import Command, CommandSnapshot
 from accord.local.commands import CommandStore
 from accord.local.effects import DataRead, DataWrite
-from accord.messages import RecoverOk
+from accord.messages import Apply, RecoverOk
 from accord.primitives import (
     BALLOT_ZERO,
     TIMESTAMP_MIN,
@@ -296,6 +300,34 @@ class Oracle:
             self._decided[earlier].execute_at,
             key,
             earlier,
+        )
+
+    # ------------------------------------------------------------------ one outcome per vote
+
+    @staticmethod
+    def must_refuse(store: CommandStore, body: Apply) -> bool:
+        """Whether the replica of ``store`` must refuse the proposal ``body``: it applied
+        another outcome of the txn and promised a higher ballot than the proposal's. Over a
+        shared store a stale coordinator, executing after the chosen outcome was written,
+        reads the txn's own writes and proposes a second outcome; an ack would count toward
+        choosing it, and the write-time check above sees that only if some replica then
+        writes it. Checked from the replica's state as the proposal arrives."""
+        command = store.commands.get(body.txn_id)
+        return (
+            command is not None
+            and command.status is _APPLIED
+            and not body.chosen
+            and body.ballot < command.promised
+            and (body.writes != command.writes or body.result != command.result)
+        )
+
+    @staticmethod
+    def on_vote_for_another_outcome(node_id: int, txn_id: TxnId) -> None:
+        fail(
+            "node %d applied %s yet acked a proposal of another outcome under a lower ballot "
+            "than it promised: a vote toward a second outcome",
+            node_id,
+            txn_id,
         )
 
     # ------------------------------------------------------------------ recovery evidence

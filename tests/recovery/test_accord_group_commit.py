@@ -10,8 +10,16 @@ from collections import Counter
 
 import pytest
 
+from stacksaga_store.recovery.commit_modes import T1, T2, T3, T4, T5
 from stacksaga_store.recovery.directory import DirectoryScope
 from stacksaga_store.saga.definition import Saga, Step, StepContext
+from stacksaga_store.store.accord_changes import (
+    AccordChange,
+    AccordGateway,
+    AccordOutcome,
+    batcher_of,
+    sidecar_client,
+)
 from stacksaga_store.store.accord_store import StateChangeConflict
 from stacksaga_store.store.states import RunningStatus
 from tests.recovery.conftest import StackFactory, accord_recovery
@@ -125,5 +133,57 @@ def test_starts_in_a_fresh_window_never_race_their_buckets_upper_tiers(
             # Every lane that took a start has its Tier-3 and Tier-4 rows, nothing more.
             assert dump.count("es_instances_by_recovery_window") == len(writer.instance_ids)
             assert dump.count("es_buckets_by_instance") == len(writer.instance_ids)
+
+    run(body())
+
+
+UPPER_TIERS = frozenset((T1, T2, T3, T4))
+
+
+def _tables_per_change(gateway: AccordGateway) -> list[set[str]]:
+    """Spy on ``gateway``'s group commit: the tables each state change mutates, one entry
+    per change (several changes may share a transaction: a start of one lane beside the
+    registration of another)."""
+    sent: list[set[str]] = []
+    batcher = batcher_of(gateway)
+    commit = batcher.commit
+
+    async def spied(change: AccordChange) -> tuple[AccordOutcome, bool]:
+        txn = change.build_into(sidecar_client().Transaction(), "")
+        sent.append({m.row.table for m in txn.request.mutations})
+        return await commit(change)
+
+    batcher.commit = spied  # type: ignore[method-assign]
+    return sent
+
+
+def test_starts_in_a_fresh_window_write_their_buckets_upper_tiers_once(
+    open_stack: StackFactory, accord_sidecars: list[str]
+) -> None:
+    """48 starts at once in a window no start wrote yet (16 write lanes): no start's state
+    change carries a Tier 1-4 row; each lane's Tiers 1-4 are written once, in a change of
+    their own. A writer that let each start carry them (the registration ahead skipped)
+    sent every start of a fresh bucket with the window's Tier-1 and Tier-2 rows, so no two
+    starts could share a transaction and each wrote them again; the directory looks the
+    same afterwards, so only counting the writes shows it."""
+    saga = _saga(Counter())
+
+    async def body() -> None:
+        async with open_stack(**accord_recovery(accord_sidecars)) as stack:
+            gateway = stack.engine.gateway
+            assert gateway is not None
+            writer = stack.engine.writer
+            changes = _tables_per_change(gateway)
+            orchestrator = stack.engine.orchestrator(sagas=[saga])
+            await asyncio.gather(*(orchestrator.create(saga, {}) for _ in range(STARTS)))
+            assert writer.late_repairs == 0, f"{writer.late_repairs} starts raced their Tier 4"
+            starts = [tables for tables in changes if T5 in tables]
+            assert len(starts) == STARTS, f"{len(starts)} changes wrote a Tier-5 row"
+            carrying = [tables for tables in starts if tables & UPPER_TIERS]
+            assert not carrying, f"{len(carrying)} of {STARTS} starts carried Tiers 1-4"
+            registrations = [tables for tables in changes if T4 in tables]
+            assert len(registrations) == len(writer.instance_ids), (
+                f"{len(registrations)} changes wrote Tier 4 for {len(writer.instance_ids)} lanes"
+            )
 
     run(body())

@@ -8,7 +8,10 @@ it and acknowledges that with :meth:`Node.advance`. The contract for the host is
 
 The node owns the replica's :class:`CommandStore`, a table of active coordinators keyed by
 coordination id, the hybrid logical clock, the optional reorder buffer, and the progress
-log that notices stalled transactions and recovers them.
+log that notices stalled transactions and recovers them. Beside it in this package:
+:mod:`accord.node.config` (:class:`NodeConfig`, :class:`NodeStats`),
+:mod:`accord.node.handlers` (the replica's handler of each request type) and
+:mod:`accord.node.progress` (the progress log's scan).
 """
 
 from __future__ import annotations
@@ -17,46 +20,30 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from accord.api import ClientReply, Clock, Durable, HlcFloor, JournalRecord, Ready
 from accord.coordinate.transaction import Outcome, Phase, TransactionCoordinator
 from accord.invariants import InvalidArgument, check_argument, check_not_none, check_state, fail
 from accord.local.bugs import NO_BUGS, Bugs
-from accord.local.command import Command, CommandSnapshot
+from accord.local.command import CommandSnapshot
 from accord.local.commands import CommandStore
-from accord.local.effects import NeedsTxn, Refused
 from accord.local.recover_delay import RecoverDelay
 from accord.messages import (
     REQUEST_TYPES,
-    Accept,
-    AcceptInvalidate,
-    AcceptInvalidateOk,
-    AcceptOk,
-    Apply,
     ApplyOk,
-    BeginInvalidation,
-    BeginRecovery,
-    Commit,
-    CommitInvalidate,
-    CommitOk,
     Envelope,
-    InformDurable,
-    Insufficient,
-    InvalidateOk,
     Message,
-    Nack,
     OutcomeDurable,
     PreAccept,
-    PreAcceptOk,
     ReadOk,
     ReadRedundant,
-    RecoverOk,
-    Reply,
     Request,
 )
+from accord.node.config import NodeConfig, NodeStats
+from accord.node.handlers import REQUEST_HANDLERS
+from accord.node.progress import scan_progress
 from accord.primitives import (
     BALLOT_ZERO,
     Ballot,
@@ -70,92 +57,18 @@ from accord.primitives import (
     TxnResult,
     Value,
 )
-from accord.primitives.txn import MAX_BATCH_PARTS, disjoint
+from accord.primitives.txn import disjoint
 from accord.topology import Topology
+
+__all__ = ["Node", "NodeConfig", "NodeStats"]
 
 logger = logging.getLogger(__name__)
 # Enum members looked up once: a class attribute costs more than the checks using them.
 _PHASE_DONE = Phase.DONE
-_STATUS_ACCEPTED_INVALIDATE = Status.ACCEPTED_INVALIDATE
 _STATUS_APPLIED = Status.APPLIED
-_STATUS_PRE_APPLIED = Status.PRE_APPLIED
 
 
-def _txn_id_of(command: Command) -> TxnId:
-    return command.txn_id
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """Timing knobs, all in microseconds of the injected clock.
-
-    Correctness never depends on these; they trade latency against wasted work.
-    """
-
-    retry_micros: int = 200_000
-    # Each re-send waits twice as long as the one before, up to this: a coordinator lives
-    # ~11 s by default instead of 1.6 s. With a fixed 200 ms interval, a burst of 2,000
-    # transfers on 3 keys slowed peer delivery past the whole retry window; every reply
-    # came after its coordinator had given up, every re-send and every new recovery added
-    # to the backlog, and the keys stayed locked (docs/sidecars.md, "Overload").
-    retry_backoff_max_micros: int = 2_000_000
-    max_attempts: int = 8
-    preaccept_timeout_micros: int = 10_000_000
-    # A home-shard replica recovers a txn idle this long; other replicas wait longer.
-    recover_delay_micros: int = 1_000_000
-    recover_delay_other_micros: int = 3_000_000
-    # Adaptive: those two are floors; the delay grows to factor x the percentile-th
-    # PreAccept->Apply time this replica saw over its last window applied txns, up to
-    # recover_delay_max_micros (accord/local/recover_delay.py). Off: the fixed delays.
-    recover_delay_adaptive: bool = True
-    recover_delay_latency_factor: float = 2.0
-    recover_delay_percentile: float = 99.0
-    recover_delay_max_micros: int = 8_000_000
-    recover_delay_window: int = 512
-    recover_backoff_max_micros: int = 8_000_000
-    progress_scan_micros: int = 100_000
-    # At most this many coordinators started by the progress log (recoveries, re-sent
-    # outcomes, invalidations) run at once per node, oldest transaction first: after a
-    # restart or a burst, unbounded recovery flooded peers' queues until nothing progressed.
-    max_progress_coordinators: int = 32
-    client_timeout_micros: int = 10_000_000
-    reorder_buffer_micros: int = 0
-    reorder_buffer_max: int = 10_000
-    hlc_reserve_micros: int = 1_000_000
-    # Every replica shares one data store (the sidecars' Cassandra): one replica per shard
-    # writes each outcome and tells the others, which take over after
-    # recover_delay_other_micros if it stays silent. False: every replica writes its own
-    # store (the simulator, Maelstrom).
-    shared_storage: bool = False
-    # Group commit: client transactions submitted while the host works on a batch of
-    # ready() (say, awaits its journal fsync) are coordinated as one Accord transaction,
-    # a batch (Txn.batch), of at most this many parts and batch_max_keys keys; its messages,
-    # journal records and deps are shared by every part. 1: each is coordinated alone,
-    # at once in submit() (the protocol as it was).
-    batch_max_parts: int = 1
-    batch_max_keys: int = 256
-
-    def __post_init__(self) -> None:
-        for config_field in fields(self):
-            name = config_field.name
-            check_argument(getattr(self, name) >= 0, "%s must not be negative", name)
-        check_argument(self.max_attempts >= 1, "max_attempts must be at least 1")
-        check_argument(
-            1 <= self.batch_max_parts <= MAX_BATCH_PARTS,
-            "batch_max_parts must be from 1 to %d",
-            MAX_BATCH_PARTS,
-        )
-        check_argument(self.batch_max_keys >= 1, "batch_max_keys must be at least 1")
-        check_argument(
-            self.max_progress_coordinators >= 1, "max_progress_coordinators must be at least 1"
-        )
-        # The backoff caps every delay (_scan_progress): a larger learned one could not act.
-        check_argument(
-            self.recover_delay_max_micros <= self.recover_backoff_max_micros,
-            "recover_delay_max_micros (%d) must not exceed recover_backoff_max_micros (%d)",
-            self.recover_delay_max_micros,
-            self.recover_backoff_max_micros,
-        )
+_REQUEST_KINDS = frozenset(REQUEST_TYPES)
 
 
 @dataclass(slots=True)
@@ -168,25 +81,18 @@ class _ClientRequest:
 
 
 @dataclass(slots=True)
+class _Asking:
+    txn: Txn
+    route: Route
+    at_micros: int
+    attempts: int = 0
+
+
+@dataclass(slots=True)
 class _Queued:
     request_id: int
     txn: Txn
     deadline_micros: int
-
-
-@dataclass(slots=True)
-class NodeStats:
-    submitted: int = 0
-    fast_path: int = 0
-    slow_path: int = 0
-    recoveries: int = 0
-    invalidations: int = 0
-    # Progress-log work postponed because max_progress_coordinators were already running.
-    progress_deferred: int = 0
-    by_outcome: dict[str, int] = field(default_factory=dict)
-    # Transactions coordinated by this node's submit(), by how many client transactions
-    # each carried (1: alone; more: a batch).
-    parts_per_batch: dict[int, int] = field(default_factory=dict)
 
 
 class Node:
@@ -249,13 +155,17 @@ class Node:
         # The client requests each coordinated txn answers: one, or one per batch part.
         self._clients: dict[TxnId, list[_ClientRequest]] = {}
         self._client_count = 0
+        # Txns this node coordinated for waiting clients without being a replica of any of
+        # their keys, whose attempt ended without an outcome: no Apply will reach this node,
+        # so it asks by recovering them itself (_ask_outcomes), with the next attempt's time.
+        self._asking: dict[TxnId, _Asking] = {}
         # Submissions not yet coordinated (batching on): taken oldest first by ready().
         self._queued: deque[_Queued] = deque()
         self._overlapping_batches = bugs.batch_ignores_disjointness
         self._apply_waiters: dict[TxnId, list[tuple[int, int]]] = {}
         self._reorder: list[tuple[TxnId, int, int, PreAccept]] = []
         self._last_scan_micros = 0
-        # Coordinators the progress log started and that still run (see _scan_progress).
+        # Coordinators the progress log started and that still run (see accord.node.progress).
         self._progress_cids: set[int] = set()
         # Txns learned durable since the last ready(), journaled as one Durable record.
         self._durable_pending: list[TxnId] = []
@@ -389,7 +299,7 @@ class Node:
 
     def _dispatch(self, src: int, body: Message) -> None:
         kind = type(body)
-        handler = _REQUEST_HANDLERS.get(kind)
+        handler = REQUEST_HANDLERS.get(kind)
         if handler is not None:
             if kind is PreAccept and self.config.reorder_buffer_micros > 0:
                 self._buffer(src, body)  # type: ignore[arg-type]
@@ -413,7 +323,9 @@ class Node:
         now = self.now()
         if now - self._last_scan_micros >= self.config.progress_scan_micros:
             self._last_scan_micros = now
-            self._scan_progress(now)
+            scan_progress(self, now)
+            if self._asking:
+                self._ask_outcomes(now)
             self._expire_clients(now)
 
     def read_done(self, txn_id: TxnId, values: Mapping[Key, Value]) -> None:
@@ -590,113 +502,11 @@ class Node:
 
     def _handle(self, src: int, body: Request) -> None:
         handler = check_not_none(
-            _REQUEST_HANDLERS.get(type(body)), "no handler for %s", type(body).__name__
+            REQUEST_HANDLERS.get(type(body)), "no handler for %s", type(body).__name__
         )
         reply = handler(self, src, body)
         if reply is not None:
             self._send(src, reply)
-
-    # One method per request type, found by the exact type (one dict lookup, where an
-    # isinstance chain tested up to ten types per message).
-
-    def _on_preaccept(self, src: int, body: PreAccept) -> Reply | None:
-        self.recover_delay.witnessed(body.txn_id, self.now())
-        out = self.store.preaccept(body.txn_id, body.txn, body.route)
-        if isinstance(out, Refused):
-            return self._nack(body.cid, body.txn_id, out)
-        return PreAcceptOk(body.cid, body.txn_id, out.witnessed_at, out.deps, out.rejected)
-
-    def _on_accept(self, src: int, body: Accept) -> Reply | None:
-        accepted = self.store.accept(
-            body.txn_id, body.txn, body.route, body.ballot, body.execute_at, body.deps
-        )
-        if isinstance(accepted, Refused):
-            return self._nack(body.cid, body.txn_id, accepted)
-        return AcceptOk(body.cid, body.txn_id, accepted.deps)
-
-    def _on_accept_invalidate(self, src: int, body: AcceptInvalidate) -> Reply | None:
-        out_inv = self.store.accept_invalidate(body.txn_id, body.ballot, body.route)
-        if isinstance(out_inv, Refused):
-            return self._nack(body.cid, body.txn_id, out_inv)
-        return AcceptInvalidateOk(body.cid, body.txn_id)
-
-    def _on_apply(self, src: int, body: Apply) -> Reply | None:
-        store = self.store
-        applied = store.apply(
-            body.txn_id,
-            body.txn,
-            body.route,
-            body.execute_at,
-            body.deps,
-            body.writes,
-            body.result,
-            ballot=body.ballot,
-            chosen=body.chosen,
-        )
-        if isinstance(applied, Refused):
-            return self._nack(body.cid, body.txn_id, applied)
-        if store.commands[body.txn_id].status is _STATUS_APPLIED:
-            return ApplyOk(body.cid, body.txn_id, applied=True)
-        # Journaled (the journal takes it before this reply leaves); a second ApplyOk
-        # follows once the writes are in the data store.
-        waiters = self._apply_waiters.setdefault(body.txn_id, [])
-        if (src, body.cid) not in waiters:
-            waiters.append((src, body.cid))
-        return ApplyOk(body.cid, body.txn_id, applied=False)
-
-    def _on_outcome_durable(self, src: int, body: OutcomeDurable) -> Reply | None:
-        if body.written:
-            self.store.written_by(body.txn_id, src, body.ballot)
-        else:
-            self.store.outcome_durable(body.txn_id, body.ballot)
-        return None
-
-    def _on_commit_invalidate(self, src: int, body: CommitInvalidate) -> Reply | None:
-        self.store.commit_invalidate(body.txn_id)
-        return None
-
-    def _on_inform_durable(self, src: int, body: InformDurable) -> Reply | None:
-        known = self.store.commands.get(body.txn_id)
-        if known is not None and not known.durable:
-            self._durable_pending.append(body.txn_id)
-        self.store.mark_durable(body.txn_id)
-        return None
-
-    def _on_begin_recovery(self, src: int, body: BeginRecovery) -> Reply | None:
-        view = self.store.begin_recovery(body.txn_id, body.txn, body.route, body.ballot)
-        if isinstance(view, Refused):
-            return self._nack(body.cid, body.txn_id, view)
-        return RecoverOk(body.cid, body.txn_id, *view)
-
-    def _on_begin_invalidation(self, src: int, body: BeginInvalidation) -> Reply | None:
-        inv = self.store.begin_invalidation(body.txn_id, body.ballot)
-        if isinstance(inv, Refused):
-            return self._nack(body.cid, body.txn_id, inv)
-        return InvalidateOk(body.cid, body.txn_id, *inv)
-
-    def _on_commit(self, src: int, body: Commit) -> Reply | None:
-        out = self.store.commit(
-            body.txn_id,
-            body.execute_at,
-            body.deps,
-            stable=body.stable,
-            txn=body.txn,
-            route=body.route,
-        )
-        if isinstance(out, NeedsTxn):
-            return Insufficient(body.cid, body.txn_id)
-        if body.read:
-            state = self.store.read(body.txn_id, src, body.cid)
-            if state.writes is not None and state.result is not None:
-                ballot = check_not_none(state.ballot, "outcome of %s without a ballot", body.txn_id)
-                return ReadRedundant(
-                    body.cid, body.txn_id, state.writes, state.result, ballot, state.chosen
-                )
-        return None if body.stable else CommitOk(body.cid, body.txn_id)
-
-    @staticmethod
-    def _nack(cid: int, txn_id: TxnId, refused: Refused) -> Nack:
-        return Nack(cid, txn_id, refused.promised, refused.status)
 
     # ------------------------------------------------------------------ reorder buffer
 
@@ -748,7 +558,11 @@ class Node:
             self._reply(coordinator.txn_id, "ok", coordinator.result)
         elif outcome is Outcome.INVALIDATED:
             self._reply(coordinator.txn_id, "invalidated", None)
-        # UNKNOWN/RETRY: keep the client waiting for the outcome to reach this replica.
+        elif coordinator.txn_id not in self.store.commands:
+            # UNKNOWN/RETRY with no replica here: ask (_ask_outcomes) once another
+            # coordinator (the recovery that preempted this one) had time to finish.
+            self._ask_later(coordinator)
+        # Otherwise the client waits for the outcome to reach this replica.
 
     def on_fast_path(self, fast: bool) -> None:
         if fast:
@@ -805,7 +619,10 @@ class Node:
         if not self._clients:
             return
         for txn_id in changed:
-            if txn_id not in self._clients or txn_id in self._coordinating:
+            # Even while a coordinator of it runs here: a recovery elsewhere may have outrun
+            # it (it is preempted and gives up), and this change may be the only time this
+            # replica hears the outcome, which is final either way.
+            if txn_id not in self._clients:
                 continue
             command = self.store.commands[txn_id]
             if command.status is Status.INVALIDATED:
@@ -833,105 +650,36 @@ class Node:
             else:
                 del self._clients[txn_id]
 
-    # ------------------------------------------------------------------ progress log
-
-    def _scan_progress(self, now: int) -> None:
-        """Recover transactions that made no progress for a while (reference: Accord
-        ``ProgressLog``): home-shard replicas act first, others later, with backoff and
-        jitter. A txn that another coordinator drives stays quiet here, since every message
-        of that coordinator which changes the replica's record counts as progress.
-
-        At most ``max_progress_coordinators`` run at once, oldest txn first, undecided txns
-        before re-sending decided outcomes; what does not fit waits for a later scan, so a
-        restart or a burst cannot start a storm. A txn stable here that waits for its deps
-        is left to them: they are what must progress first.
-        """
-        config = self.config
-        budget = config.max_progress_coordinators - len(self._progress_cids)
-        if budget <= 0:
-            self.stats.progress_deferred += 1
+    def _ask_later(self, coordinator: TransactionCoordinator) -> None:
+        txn, route = coordinator.txn, coordinator.route
+        if txn is None or route is None:
             return
-        delay_home = self.recover_delay.home()
-        delay_other = self.recover_delay.other()
-        for command in sorted(self.store.active(), key=_txn_id_of):
-            if command.txn_id in self._coordinating:
-                continue
-            if command.waiting_on:
-                # Decided here and executing once its deps are applied: recovering it again
-                # cannot help before they are, and it held a slot the deps needed. A txn
-                # waits for deps with a lower executeAt, which may have later txn ids: under
-                # a burst the oldest waiting txns filled every slot while the ACCEPTED txn
-                # they waited for was never recovered. The deps are active (or chased by key)
-                # and are taken up here themselves.
-                continue
-            home = command.route is not None and self.store.owns(command.route.home_key)
-            if command.status is _STATUS_PRE_APPLIED and command.chosen:
-                # Chosen and executable, so only the shared store's writer is awaited. Its
-                # write may just be slow: taking over early costs a second write (a quick
-                # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
-                if now - command.last_progress_micros >= delay_other:
-                    self.store.take_over(command.txn_id)
-                continue
-            delay = delay_home if home else delay_other
-            delay = min(
-                delay << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
-            )
-            delay += self.rng.randrange(max(1, delay // 2))
-            if now - command.last_progress_micros < delay:
-                continue
-            recover = command.txn is not None and command.route is not None
-            hint = command.key_hint
-            # Without the txn, chase it only through a key: when something here waits on
-            # it, or when this replica holds an invalidation proposal for it.
-            chase = self.store.is_blocking(command.txn_id) or (
-                command.status is _STATUS_ACCEPTED_INVALIDATE
-            )
-            if not recover and (hint is None or not chase):
-                continue
-            command.recovery_attempts += 1
-            command.last_progress_micros = now
-            coordinator = self._new_coordinator(
-                command.txn_id,
-                command.txn if recover else None,
-                command.route if recover else None,
-                self.new_ballot(),
-            )
-            self._progress_cids.add(coordinator.cid)
-            if recover:
+        asking = self._asking.get(coordinator.txn_id)
+        if asking is None:
+            asking = self._asking[coordinator.txn_id] = _Asking(txn, route, 0)
+        delay = min(
+            self.recover_delay.home() << min(asking.attempts, 6),
+            self.config.recover_backoff_max_micros,
+        )
+        asking.at_micros = self.now() + delay
+
+    def _ask_outcomes(self, now: int) -> None:
+        """Recover each txn in ``_asking`` whose client still waits, when its time came: the
+        recovery learns the outcome from the replicas (an applied one is re-proposed and
+        chosen again, an invalidation committed) and answers the client through
+        :meth:`finished` like any coordinator of the txn would."""
+        for txn_id in list(self._asking):
+            asking = self._asking[txn_id]
+            if txn_id not in self._clients:
+                del self._asking[txn_id]
+            elif now >= asking.at_micros and txn_id not in self._coordinating:
+                asking.attempts += 1
+                asking.at_micros = now + self.config.recover_backoff_max_micros
+                coordinator = self._new_coordinator(
+                    txn_id, asking.txn, asking.route, self.new_ballot()
+                )
                 self.stats.recoveries += 1
                 coordinator.start_recovery()
-            else:
-                coordinator.start_invalidation(
-                    check_not_none(hint, "invalidation of %s without a key", command.txn_id)
-                )
-            budget -= 1
-            if budget <= 0:
-                self.stats.progress_deferred += 1
-                return
-        for command in sorted(self.store.undurable(), key=_txn_id_of):
-            if command.txn_id in self._coordinating:
-                continue
-            delay = min(
-                delay_home << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
-            )
-            if now - command.last_progress_micros < delay + self.rng.randrange(max(1, delay // 2)):
-                continue
-            txn_id = command.txn_id
-            execute_at = check_not_none(command.execute_at, "applied %s lacks executeAt", txn_id)
-            writes = check_not_none(command.writes, "applied %s lacks writes", txn_id)
-            result = check_not_none(command.result, "applied %s lacks a result", txn_id)
-            command.recovery_attempts += 1
-            command.last_progress_micros = now
-            coordinator = self._new_coordinator(txn_id, command.txn, command.route)
-            self._progress_cids.add(coordinator.cid)
-            # Applied here, so chosen: re-sent as such, whatever the others promised.
-            coordinator.start_persist(
-                execute_at, command.deps, writes, result, ballot=command.accepted, chosen=True
-            )
-            budget -= 1
-            if budget <= 0:
-                self.stats.progress_deferred += 1
-                return
 
     # ------------------------------------------------------------------ introspection
 
@@ -941,21 +689,3 @@ class Node:
     def pending_clients(self) -> int:
         """Client requests not yet answered (waiting for a batch or in the protocol)."""
         return self._client_count + len(self._queued)
-
-
-_REQUEST_KINDS = frozenset(REQUEST_TYPES)
-_REQUEST_HANDLERS: dict[type, Callable[[Node, int, Any], Reply | None]] = {
-    PreAccept: Node._on_preaccept,
-    Accept: Node._on_accept,
-    AcceptInvalidate: Node._on_accept_invalidate,
-    Commit: Node._on_commit,
-    Apply: Node._on_apply,
-    OutcomeDurable: Node._on_outcome_durable,
-    CommitInvalidate: Node._on_commit_invalidate,
-    InformDurable: Node._on_inform_durable,
-    BeginRecovery: Node._on_begin_recovery,
-    BeginInvalidation: Node._on_begin_invalidation,
-}
-check_state(
-    set(_REQUEST_HANDLERS) == set(REQUEST_TYPES), "every request type needs exactly one handler"
-)
