@@ -21,7 +21,8 @@ which the simulator does not use.
 Sidecars cannot run on that build: the codec derives each journal record's schema from its
 class's annotations, which mypyc erases. ``build-sidecar`` makes a build for them into
 ``<venv>/accord-accel-sidecar``: the same modules less the simulator's and less
-accord/api.py and accord/local/command.py (where those records live).
+accord/api.py, accord/local/command.py (where those records live) and
+accord/primitives/txn.py (msgspec Structs whose tags mypyc drops).
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ COMPILED = [
     "accord/sim/verify_list_append.py",
 ]
 
-# The sidecars' build: the same modules less the simulator's, and less the two that define
-# the journal records the codec reads field types from (``CommandSnapshot``, ``HlcFloor``,
-# ``Durable``): mypyc erases a compiled class's annotations to ``type``, and the codec, which
-# derives each record's schema from them, then refuses to import ("no codec for
-# CommandSnapshot.txn_id").
+# The sidecars' build: the same modules less the simulator's, and less those the codec
+# cannot read once compiled. mypyc erases a compiled class's annotations to ``type``, and the
+# codec derives each journal record's schema from them (``CommandSnapshot``, ``HlcFloor``,
+# ``Durable``: "no codec for CommandSnapshot.txn_id"); and it drops the ``tag`` of the
+# msgspec Structs of accord/primitives/txn.py, which the codec's tagged unions need ("all
+# Struct types must be tagged").
 SIDECAR_ACCEL_DIR = Path(sys.prefix) / "accord-accel-sidecar"
-SIDECAR_PURE = ("accord/api.py", "accord/local/command.py")
+SIDECAR_PURE = ("accord/api.py", "accord/local/command.py", "accord/primitives/txn.py")
 
 
 def sidecar_modules() -> list[str]:
