@@ -20,9 +20,9 @@ which the simulator does not use.
 
 Sidecars cannot run on that build: the codec derives each journal record's schema from its
 class's annotations, which mypyc erases. ``build-sidecar`` makes a build for them into
-``<venv>/accord-accel-sidecar``: the same modules less the simulator's and less
-accord/api.py, accord/local/command.py (where those records live) and
-accord/primitives/txn.py (msgspec Structs whose tags mypyc drops).
+``<venv>/accord-accel-sidecar``: the same modules less accord/api.py and
+accord/local/command.py (where those records live) and accord/primitives/txn.py (msgspec
+Structs whose tags mypyc drops).
 """
 
 from __future__ import annotations
@@ -67,12 +67,13 @@ COMPILED = [
     "accord/sim/verify_list_append.py",
 ]
 
-# The sidecars' build: the same modules less the simulator's, and less those the codec
-# cannot read once compiled. mypyc erases a compiled class's annotations to ``type``, and the
-# codec derives each journal record's schema from them (``CommandSnapshot``, ``HlcFloor``,
-# ``Durable``: "no codec for CommandSnapshot.txn_id"); and it drops the ``tag`` of the
-# msgspec Structs of accord/primitives/txn.py, which the codec's tagged unions need ("all
-# Struct types must be tagged").
+# The sidecars' build: the same modules less those the codec cannot read once compiled
+# (the simulator's stay compiled, so `check` can compare it: a pure SimDataStore cannot
+# inherit from a compiled MemoryPartitions). mypyc erases a compiled class's annotations
+# to ``type``, and the codec derives each journal record's schema from them
+# (``CommandSnapshot``, ``HlcFloor``, ``Durable``: "no codec for CommandSnapshot.txn_id");
+# and it drops the ``tag`` of the msgspec Structs of accord/primitives/txn.py, which the
+# codec's tagged unions need ("all Struct types must be tagged").
 SIDECAR_ACCEL_DIR = Path(sys.prefix) / "accord-accel-sidecar"
 SIDECAR_PURE = ("accord/api.py", "accord/local/command.py", "accord/primitives/txn.py")
 
@@ -80,7 +81,7 @@ SIDECAR_PURE = ("accord/api.py", "accord/local/command.py", "accord/primitives/t
 def sidecar_modules() -> list[str]:
     chosen = []
     for entry in COMPILED:
-        if entry.startswith("accord/sim/") or entry in SIDECAR_PURE:
+        if entry in SIDECAR_PURE:
             continue
         if entry.endswith(".py"):
             chosen.append(entry)
