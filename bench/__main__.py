@@ -18,6 +18,9 @@ Suites:
 * ``kafka``: saga steps through a real Kafka broker vs direct execution (bench/kafka.py);
 * ``cql``: the bank transfer through the sidecars' CQL endpoint (cassandra-driver, prepared
   ``BEGIN TRANSACTION``) vs through the gRPC client, same cluster and run (bench/cql.py);
+* ``floor``: Accord vs LWT CPU per operation at equal op/s (open loop), at saturation, and a
+  null sidecar (the least any Python sidecar does per op) giving the best ratio any design
+  could reach (bench/floor.py);
 * ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
 
 ``--quick`` is a small run that checks the suite works and writes well-formed output; its
@@ -49,6 +52,7 @@ SUITES: dict[str, str] = {
     "overload": "bench.overload",
     "kafka": "bench.kafka",
     "cql": "bench.cql",
+    "floor": "bench.floor",
 }
 if importlib.util.find_spec("bench.recovery_engine") is not None:
     SUITES["recovery"] = "bench.recovery_engine"

@@ -11,11 +11,18 @@ PYTHONPATH pointing at it, and reports both figures.
     python -m bench.accel build     # 80-95 s of CPU on the 2-core machine
     python -m bench.accel check     # same digests and verdicts as the pure source
     python -m bench.accel compare   # check, then txns per CPU-second, pure vs compiled
+    python -m bench.accel build-sidecar  # the sidecars' build (below), then `check DIR`
 
 Not compiled: accord/messages/__init__.py (mypyc drops the ``ClassVar`` annotations the
 msgspec Structs rely on, so ``has_side_effects`` became a field and the class was refused),
 accord/sim/history.py (a dataclass field typed ``object`` fails at import), and the codec,
 which the simulator does not use.
+
+Sidecars cannot run on that build: the codec derives each journal record's schema from its
+class's annotations, which mypyc erases. ``build-sidecar`` makes a build for them into
+``<venv>/accord-accel-sidecar``: the same modules less accord/api.py and
+accord/local/command.py (where those records live) and accord/primitives/txn.py (msgspec
+Structs whose tags mypyc drops).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,33 @@ COMPILED = [
     "accord/sim/verify_graph.py",
     "accord/sim/verify_list_append.py",
 ]
+
+# The sidecars' build: the same modules less those the codec cannot read once compiled
+# (the simulator's stay compiled, so `check` can compare it: a pure SimDataStore cannot
+# inherit from a compiled MemoryPartitions). mypyc erases a compiled class's annotations
+# to ``type``, and the codec derives each journal record's schema from them
+# (``CommandSnapshot``, ``HlcFloor``, ``Durable``: "no codec for CommandSnapshot.txn_id");
+# and it drops the ``tag`` of the msgspec Structs of accord/primitives/txn.py, which the
+# codec's tagged unions need ("all Struct types must be tagged").
+SIDECAR_ACCEL_DIR = Path(sys.prefix) / "accord-accel-sidecar"
+SIDECAR_PURE = ("accord/api.py", "accord/local/command.py", "accord/primitives/txn.py")
+
+
+def sidecar_modules() -> list[str]:
+    chosen = []
+    for entry in COMPILED:
+        if entry in SIDECAR_PURE:
+            continue
+        if entry.endswith(".py"):
+            chosen.append(entry)
+            continue
+        chosen += [
+            str(path.relative_to(ROOT))
+            for path in sorted((ROOT / entry).rglob("*.py"))
+            if str(path.relative_to(ROOT)) not in SIDECAR_PURE
+        ]
+    return chosen
+
 
 # Runs whose digests and verdicts must match: the bench's configuration, every fault, and
 # two planted bugs, which must be caught at the same seed by both builds.
@@ -120,7 +155,7 @@ def status(target: Path = ACCEL_DIR) -> str:
     return "ready" if stamp.read_text().strip() == source_digest() else "stale"
 
 
-def build(target: Path) -> None:
+def build(target: Path, modules: list[str] | None = None) -> None:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -130,7 +165,8 @@ def build(target: Path) -> None:
     )
     started = time.monotonic()
     mypyc = Path(sys.executable).parent / "mypyc"
-    subprocess.run([str(mypyc), *COMPILED], cwd=target, check=True, stdout=subprocess.DEVNULL)
+    compiled = COMPILED if modules is None else modules
+    subprocess.run([str(mypyc), *compiled], cwd=target, check=True, stdout=subprocess.DEVNULL)
     cpu = os.times().children_user + os.times().children_system
     # Written last: an interrupted build has no stamp and counts as absent.
     (target / STAMP).write_text(digest + "\n")
@@ -191,13 +227,22 @@ def compare(compiled: Path) -> int:
 
 
 def main() -> int:
-    commands = {"build": build, "check": check, "compare": compare}
+    commands: dict[str, Callable[[Path], int | None]] = {
+        "build": build,
+        "build-sidecar": build,
+        "check": check,
+        "compare": compare,
+    }
     if len(sys.argv) not in (2, 3) or sys.argv[1] not in commands:
         _say(__doc__)
         return 2
-    target = Path(sys.argv[2]).resolve() if len(sys.argv) == 3 else ACCEL_DIR
+    default = SIDECAR_ACCEL_DIR if sys.argv[1] == "build-sidecar" else ACCEL_DIR
+    target = Path(sys.argv[2]).resolve() if len(sys.argv) == 3 else default
     if sys.argv[1] == "build":
         build(target)
+        return 0
+    if sys.argv[1] == "build-sidecar":
+        build(target, sidecar_modules())
         return 0
     if status(target) != "ready":
         _say(f"{target}: build {status(target)}; run `make accel`")

@@ -78,6 +78,9 @@ class WrappedSidecarProcess(SidecarProcess):
     offset_ms: float = 0.0
     profile_out: Path | None = None
     nice: int = 0
+    # Where ``accord`` is imported from instead of the source tree (the mypyc-compiled
+    # build of bench/accel.py); None: the pure source.
+    pythonpath: Path | None = None
 
     def start(self) -> None:
         import subprocess
@@ -91,9 +94,20 @@ class WrappedSidecarProcess(SidecarProcess):
             command += ["--profile-out", str(self.profile_out)]
         if self.nice:
             command += ["--nice", str(self.nice)]
+        env, cwd = None, None
+        if self.pythonpath is not None:
+            env = {**os.environ, "PYTHONPATH": str(self.pythonpath)}
+            # ``-m`` puts the working directory first on sys.path: run from the sidecar's
+            # own folder, or a checkout's accord/ would shadow the compiled copy.
+            cwd = self.config_path.parent
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                cwd=cwd,
             )
 
 
@@ -104,13 +118,15 @@ class BenchSidecars(LocalSidecars):
     With a ``matrix``, sidecar *i* reaches sidecar *j* through proxy *(i, j)* with
     ``RTT(region i, region j)/2`` each way; clients talk to their local sidecar directly.
     ``clock_offset_ms`` shifts sidecars' clocks, ``profile`` runs them under cProfile and
-    ``nice`` sets their priority (see :mod:`bench.sidecar_wrapper`).
+    ``nice`` sets their priority (see :mod:`bench.sidecar_wrapper`); ``pythonpath`` runs
+    them on another copy of ``accord`` (the compiled build, :mod:`bench.accel`).
     """
 
     matrix: RttMatrix | None = None
     clock_offset_ms: Mapping[int, float] = field(default_factory=dict)
     profile: bool = False
     nice: int = 0
+    pythonpath: Path | None = None
     links: list[Link] = field(default_factory=list)
     link_stats: dict[str, Any] = field(default_factory=dict)
     proxies: ProxyProcess | None = None
@@ -120,7 +136,7 @@ class BenchSidecars(LocalSidecars):
         self.links = []
         for node_id, sidecar in sorted(self.sidecars.items()):
             offset = float(self.clock_offset_ms.get(node_id, 0.0))
-            if offset or self.profile or self.nice:
+            if offset or self.profile or self.nice or self.pythonpath is not None:
                 self.sidecars[node_id] = WrappedSidecarProcess(
                     sidecar.node_id,
                     sidecar.address,
@@ -131,6 +147,7 @@ class BenchSidecars(LocalSidecars):
                     offset_ms=offset,
                     profile_out=self.profile_path(node_id) if self.profile else None,
                     nice=self.nice,
+                    pythonpath=self.pythonpath,
                 )
 
     def profile_path(self, node_id: int) -> Path:

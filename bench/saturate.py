@@ -123,6 +123,13 @@ async def _run(
     clients = [AsyncClient(s.address, timeout=30.0) for s in sidecars.sidecars.values()]
     pids = [s.process.pid for s in sidecars.sidecars.values() if s.process is not None]
     metrics = [s.metrics_address for s in sidecars.sidecars.values()]
+    if sidecars.pythonpath is not None:
+        from bench.floor import compiled_modules
+
+        mapped = [compiled_modules(pid, sidecars.pythonpath) for pid in pids]
+        if not all(mapped):
+            raise RuntimeError(f"sidecars did not load the compiled build: {mapped}")
+        print(f"compiled build {sidecars.pythonpath}: extension modules mapped {mapped}")
     rng = random.Random(args.seed)
     keys = [f"acct{i:06d}" for i in range(args.keys)]
     try:
@@ -279,7 +286,23 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="sidecars' batch_max_parts (group commit; 0: the default)",
     )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="run the sidecars on the compiled build (python -m bench.accel build-sidecar)",
+    )
     args = parser.parse_args(argv)
+    pythonpath = None
+    if args.compiled:
+        from bench import accel
+
+        state = accel.status(accel.SIDECAR_ACCEL_DIR)
+        if state != "ready":
+            parser.error(
+                f"the sidecars' compiled build is {state}: "
+                "run `python -m bench.accel build-sidecar`"
+            )
+        pythonpath = accel.SIDECAR_ACCEL_DIR
     if args.py_spy:
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
     from accord_cassandra.launcher import driver_cluster
@@ -323,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                         ),
                     },
                     profile=bool(args.cprofile),
+                    pythonpath=pythonpath,
                 )
                 started = time.monotonic()
                 with sidecars:

@@ -210,6 +210,69 @@ async def closed_loop_calls(
     return result
 
 
+OPEN_LOOP_MAX_OUTSTANDING = 4096
+
+
+@dataclass
+class OpenLoopResult(LoadResult):
+    """An open loop's answers, plus how well it kept its schedule: ``issued`` operations
+    started, ``skipped`` not started because ``OPEN_LOOP_MAX_OUTSTANDING`` were already
+    outstanding, ``start_lag_ms`` how late each start was against its schedule."""
+
+    issued: int = 0
+    skipped: int = 0
+    start_lag_ms: list[float] = field(default_factory=list)
+
+
+async def open_loop_calls(
+    call: Callable[[int], Awaitable[bool]], *, rate: float, seconds: float
+) -> OpenLoopResult:
+    """Operation *i* starts at ``i / rate`` seconds whatever earlier ones are doing (an
+    open loop, as independent clients arrive), for ``seconds``; then the outstanding ones
+    are awaited. Unlike a closed loop the offered rate does not fall when the system slows,
+    so two systems can be compared at the same op/s. A start that finds
+    ``OPEN_LOOP_MAX_OUTSTANDING`` operations outstanding is skipped and counted (the system
+    is past saturation; the bound keeps the backlog finite)."""
+    if rate <= 0 or seconds <= 0:
+        raise ValueError(f"open loop needs a positive rate and duration, not {rate}, {seconds}")
+    result = OpenLoopResult()
+    outstanding: set[asyncio.Task[None]] = set()
+
+    async def one(index: int) -> None:
+        started = time.perf_counter()
+        try:
+            applied = await call(index)
+        except LoadError as error:
+            result.errors[error.code] = result.errors.get(error.code, 0) + 1
+            return
+        result.latencies_ms.append((time.perf_counter() - started) * 1000)
+        if applied:
+            result.applied += 1
+        else:
+            result.declined += 1
+
+    began = time.monotonic()
+    total = int(rate * seconds)
+    for index in range(total):
+        due = began + index / rate
+        now = time.monotonic()
+        if due > now:
+            await asyncio.sleep(due - now)
+            now = time.monotonic()
+        result.start_lag_ms.append(max(0.0, now - due) * 1000)
+        if len(outstanding) >= OPEN_LOOP_MAX_OUTSTANDING:
+            result.skipped += 1
+            continue
+        task = asyncio.ensure_future(one(index))
+        outstanding.add(task)
+        task.add_done_callback(outstanding.discard)
+        result.issued += 1
+    if outstanding:
+        await asyncio.gather(*outstanding)
+    result.seconds = time.monotonic() - began
+    return result
+
+
 # ------------------------------------------------------------------------------------------
 # Sidecar metrics
 

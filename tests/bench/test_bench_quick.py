@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_SUITES = ("sim", "latency", "contention", "restart", "overload")
-CASSANDRA_SUITES = ("throughput", "saga", "cql")
+CASSANDRA_SUITES = ("throughput", "saga", "cql", "floor")
 OPTIONAL_SUITES = {"recovery": REPO / "bench" / "recovery_engine.py"}
 # A hang guard, not a timing assertion: a quick suite that has not finished by then is stuck.
 SUITE_TIMEOUT_SECONDS = 900
