@@ -22,7 +22,7 @@ from accord_cassandra.launcher import ClusterSpec, LocalCluster
 from accord_cassandra.native.endpoint import CqlEndpoint, Failure
 from accord_cassandra.schema import Catalog
 from accord_cassandra.v1 import client_pb2
-from tests.conftest import NODE_IP_ENV
+from tests.conftest import NODE_IP_ENV, jvm_options_for_tests
 
 CATALOG = Catalog.from_mapping(
     {"bank.accounts": {"partition_key": [["id", "text"]], "columns": [["balance", "bigint"]]}}
@@ -44,7 +44,11 @@ def _auth_node_ip() -> str:
 @pytest.fixture(scope="module")
 def password_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     spec = ClusterSpec(
-        nodes=1, first_ip=_auth_node_ip(), cluster_name="accord_auth", password_auth=True
+        nodes=1,
+        first_ip=_auth_node_ip(),
+        cluster_name="accord_auth",
+        password_auth=True,
+        extra_jvm_options=jvm_options_for_tests(1),
     )
     cluster = LocalCluster(spec, tmp_path_factory.mktemp("cassandra-auth"))
     cluster.disposable = True
