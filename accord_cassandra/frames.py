@@ -27,14 +27,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accord.invariants import fail
-from accord_cassandra.transport import BatchRefused, PeerServicer, TransportMetrics
+from accord_cassandra.transport import (
+    MAX_FRAME_BYTES,
+    BatchRefused,
+    PeerServicer,
+    TransportMetrics,
+)
 
 logger = logging.getLogger(__name__)
 
 MAGIC = b"ACPF\x00\x00\x00\x01"
 LENGTH = struct.Struct(">I")
-# The same bound as a gRPC peer message (server.MAX_MESSAGE_BYTES).
-MAX_FRAME_BYTES = 8 * 1024 * 1024
 # A client that connects and does not say MAGIC within this long is dropped.
 HELLO_SECONDS = 10.0
 # Connection refusals are logged at most this often (the rest are counted).
@@ -192,7 +195,7 @@ class FrameConnection:
         # socket nobody reads.
         try:
             line = await reader.readline()
-        except (ConnectionError, ssl.SSLError, OSError) as error:
+        except (OSError, ValueError) as error:  # ValueError: a line over the reader's limit
             line = repr(error).encode()
         self.why = line.decode(errors="replace").strip() or "closed by the peer"
         self.close()

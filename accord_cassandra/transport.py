@@ -68,6 +68,9 @@ REFUSAL_LOG_SECONDS = 10.0
 # recoveries climbing for minutes after a restart). The protocol re-sends what still
 # matters on its own timers, with fresh state.
 MAX_AGE_SECONDS = 2.0
+# The largest frame on the framed link (accord_cassandra/frames.py) by default: a gRPC peer
+# message's bound (server.MAX_MESSAGE_BYTES).
+MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
 class BatchRefused(AccordCassandraError):
@@ -225,7 +228,7 @@ class PeerSender:
         metrics: TransportMetrics,
         stamper: BatchStamper,
         frames: Callable[[], Awaitable[FrameConnection]] | None = None,
-        max_frame_bytes: int = 0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
@@ -329,6 +332,7 @@ class PeerSender:
                     slots.release()
         finally:
             self._end_stream()
+            self._end_frames()
 
     async def _frame(
         self, batch: list[bytes], connect: Callable[[], Awaitable[FrameConnection]]
@@ -492,7 +496,7 @@ class Peers:
         stamper: BatchStamper,
         frame_addresses: Mapping[int, str] | None = None,
         connect_frames: Callable[[str], Callable[[], Awaitable[FrameConnection]]] | None = None,
-        max_frame_bytes: int = 0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         """``frame_addresses``: the peers with a frame listener (accord_cassandra/frames.py)
         and where; ``connect_frames`` makes, for one such address, what opens a connection to
