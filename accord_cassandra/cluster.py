@@ -47,6 +47,8 @@ class SidecarProcess:
     peer_address: str = ""
     # Its CQL native-protocol endpoint (config cql_listen), if it has one.
     cql_address: str = ""
+    # Its frame listener (config peer_frames_listen), if it has one.
+    frames_address: str = ""
 
     @property
     def address_file(self) -> Path:
@@ -171,6 +173,9 @@ class LocalSidecars:
                 "metrics_listen": any_port,
                 "address_file": str(sidecar.address_file),
                 "peers_file": str(sidecar.peers_file),
+                # Peers reach each other on the framed link (docs/sidecars.md "Peer
+                # transport"); peer_frames_listen: null in extra keeps them on gRPC.
+                "peer_frames_listen": any_port,
                 "peer_auth": "hmac",
                 "peer_keys": {"current": {"id": "local", "secret": self.peer_secret}},
                 **self.extra,
@@ -198,7 +203,10 @@ class LocalSidecars:
                 sidecar.start()
         if any(not sidecar.address for sidecar in self.sidecars.values()):
             self._learn_addresses(deadline)
-            self._hand_out_peers(self.peer_maps())
+            # Frame maps after peer maps: a subclass starting proxies for both does so in
+            # one go (see bench/clusters.py).
+            peer_maps = self.peer_maps()
+            self._hand_out_peers(peer_maps, self.frame_maps())
         self.wait_all(max(0.0, deadline - time.monotonic()))
 
     def _learn_addresses(self, deadline: float) -> None:
@@ -215,16 +223,31 @@ class LocalSidecars:
             sidecar.metrics_address = str(bound["metrics_listen"])
             sidecar.peer_address = str(bound.get("peer_listen") or bound["listen"])
             sidecar.cql_address = str(bound.get("cql_listen") or "")
+            sidecar.frames_address = str(bound.get("peer_frames_listen") or "")
 
     def peer_maps(self) -> dict[int, dict[int, str]]:
         """Per sidecar, the address it reaches each peer at (by default the peer's own)."""
         direct = {node_id: s.peer_address or s.address for node_id, s in self.sidecars.items()}
         return {node_id: dict(direct) for node_id in self.sidecars}
 
-    def _hand_out_peers(self, peer_maps: Mapping[int, Mapping[int, str]]) -> None:
+    def frame_maps(self) -> dict[int, dict[int, str]]:
+        """Per sidecar, the address it reaches each peer's frame listener at (the peers
+        without one: none)."""
+        direct = {n: s.frames_address for n, s in self.sidecars.items() if s.frames_address}
+        return {node_id: dict(direct) for node_id in self.sidecars}
+
+    def _hand_out_peers(
+        self,
+        peer_maps: Mapping[int, Mapping[int, str]],
+        frame_maps: Mapping[int, Mapping[int, str]] | None = None,
+    ) -> None:
         cql = {node_id: s.cql_address for node_id, s in self.sidecars.items() if s.cql_address}
         for node_id, sidecar in self.sidecars.items():
             peers = {int(peer): str(address) for peer, address in peer_maps[node_id].items()}
+            frames = {
+                int(peer): str(address)
+                for peer, address in (frame_maps or {}).get(node_id, {}).items()
+            }
             # The config first, with the bound ports and no peers file: what a restart reads.
             # The running sidecar read its config before it bound, so this cannot confuse it.
             config = yaml.safe_load(sidecar.config_path.read_text())
@@ -238,9 +261,12 @@ class LocalSidecars:
             if config.get("peer_listen"):
                 config["peer_listen"] = sidecar.peer_address
                 config["peer_addresses"] = peers
+            if config.get("peer_frames_listen"):
+                config["peer_frames_listen"] = sidecar.frames_address
+            config["peer_frame_addresses"] = frames
             config.pop("peers_file", None)
             sidecar.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
-            write_json_atomically(sidecar.peers_file, peers)
+            write_json_atomically(sidecar.peers_file, {"peers": peers, "peer_frames": frames})
 
     def wait_all(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

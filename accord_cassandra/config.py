@@ -262,6 +262,15 @@ class SidecarConfig(BaseSettings):
     # leaves application clients free of client certificates.
     peer_listen: str | None = None
     peer_addresses: dict[int, str] = Field(default_factory=dict)
+    # The framed peer link (accord_cassandra/frames.py; docs/sidecars.md "Peer transport"):
+    # a port of its own (0: any free one, reported in address_file) where peers' batches
+    # arrive as length-prefixed frames, with the TLS of the gRPC peer port (peer_tls, else
+    # tls). ``peer_frame_addresses`` says where each peer's is (or a peers_file's
+    # "peer_frames"); a peer without one gets gRPC's Peer.Stream, which is always served.
+    peer_frames_listen: str | None = None
+    peer_frame_addresses: dict[int, str] = Field(default_factory=dict)
+    # The largest frame accepted; a longer one closes the connection, its body unread.
+    peer_frame_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     allow_insecure_peers: bool = False
     metrics_listen: str | None = None
@@ -323,7 +332,14 @@ class SidecarConfig(BaseSettings):
         # The environment overrides the YAML file (which arrives as init arguments).
         return (env_settings, init_settings)
 
-    @field_validator("listen", "metrics_listen", "peer_listen", "cql_listen", "cql_upstream")
+    @field_validator(
+        "listen",
+        "metrics_listen",
+        "peer_listen",
+        "peer_frames_listen",
+        "cql_listen",
+        "cql_upstream",
+    )
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
@@ -334,7 +350,7 @@ class SidecarConfig(BaseSettings):
                 raise ValueError(f"cannot resolve host {host!r}: {error}") from None
         return value
 
-    @field_validator("peers", "peer_addresses", "cql_peers")
+    @field_validator("peers", "peer_addresses", "peer_frame_addresses", "cql_peers")
     @classmethod
     def _peer_addresses(cls, value: dict[int, str]) -> dict[int, str]:
         for node, address in value.items():
@@ -437,8 +453,18 @@ class SidecarConfig(BaseSettings):
         unknown = sorted(set(self.peer_addresses) - set(self.peers))
         if unknown:
             raise ValueError(f"peer_addresses names nodes {unknown} that are not in peers")
-        serving = self.peer_listen or self.listen
-        if self.peer_auth == "none" and not is_loopback(serving) and not self.allow_insecure_peers:
+        unknown = sorted(set(self.peer_frame_addresses) - set(self.peers))
+        if unknown:
+            raise ValueError(f"peer_frame_addresses names nodes {unknown} that are not in peers")
+        frames = self.peer_frames_listen
+        shared = frames is not None and frames in (self.listen, self.peer_listen)
+        if shared and not str(frames).endswith(":0"):
+            raise ValueError("peer_frames_listen must differ from listen and peer_listen")
+        for serving in (self.peer_listen or self.listen, self.peer_frames_listen):
+            if serving is None or self.peer_auth != "none" or self.allow_insecure_peers:
+                continue
+            if is_loopback(serving):
+                continue
             raise ValueError(
                 f"peer_auth: none while the peer service listens on {serving}, beyond "
                 "loopback: anyone who reaches it can forge replica messages. Set peer_auth "

@@ -168,6 +168,17 @@ class SidecarCollector(Collector):
             "Incoming peer batches refused for failed authentication",
             peers.metrics.unauthenticated_batches,
         )
+        yield _counter(
+            "accord_peer_frames_oversize",
+            "Framed peer connections closed for a frame length over peer_frame_max_bytes",
+            peers.metrics.oversize_frames,
+        )
+        yield _counter(
+            "accord_peer_frame_connections_refused",
+            "Framed peer connections closed by this sidecar (bad opening, oversize frame, "
+            "or a batch refused whole)",
+            peers.metrics.refused_connections,
+        )
         yield from host.metrics.commit_latency.collect()
         cql = getattr(sidecar, "cql", None)
         if cql is not None:

@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,12 @@ from accord_cassandra.datastore import (
     tables_from_cluster,
 )
 from accord_cassandra.errors import AccordCassandraError
+from accord_cassandra.frames import (
+    FrameConnection,
+    FrameListener,
+    client_ssl_context,
+    server_ssl_context,
+)
 from accord_cassandra.host import MAX_PENDING_CLIENTS, Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
 from accord_cassandra.metrics import MetricsServer, registry_of
@@ -78,6 +85,9 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = "accord_cassandra.v1.Transactions"
 PEER_SERVICE_NAME = "accord_cassandra.v1.Peer"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# A frame listener that has not accepted within this long is down: the batch is dropped and
+# the sender retries after its backoff (at most a second), as a gRPC channel reconnects.
+FRAME_CONNECT_SECONDS = 2.0
 # gRPC backs off reconnecting to an unreachable peer exponentially, up to 120 s by default,
 # and a channel in backoff fails every call at once. A peer down for a few seconds then
 # stayed unreachable long after it restarted: it could not catch up for 15-25 s
@@ -460,16 +470,83 @@ async def _bind_peer(server: grpc.aio.Server, config: SidecarConfig, listen: str
     return f"{host}:{await bind_retrying(bind, listen)}"
 
 
-async def _peer_addresses(config: SidecarConfig) -> dict[int, str]:
-    """``peers``, or with ``peers_file`` the addresses in it once it appears."""
+def _frame_contexts(
+    config: SidecarConfig,
+) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """The frame link's TLS (listener's, connecting side's): the gRPC peer port's, that is
+    peer_tls (a client certificate required with mtls), else tls, else none."""
+    peer = config.peer_tls
+    if peer is not None:
+        peer_ca = peer.ca.read_bytes()
+        key, cert = str(peer.private_key), str(peer.certificate)
+        return (
+            server_ssl_context(
+                peer_ca, cert, key, require_client_certificate=config.peer_auth == "mtls"
+            ),
+            client_ssl_context(peer_ca, cert, key),
+        )
+    tls = config.tls
+    if tls is None:
+        return None, None
+    ca = tls.ca.read_bytes() if tls.ca else None
+    key, cert = str(tls.private_key), str(tls.certificate)
+    return (
+        server_ssl_context(
+            ca, cert, key, require_client_certificate=tls.require_client_certificate
+        ),
+        client_ssl_context(ca, cert, key),
+    )
+
+
+def _frame_connector(
+    config: SidecarConfig, context: ssl.SSLContext | None
+) -> Callable[[str], Callable[[], Any]]:
+    def connector(address: str) -> Callable[[], Any]:
+        host, port = split_address(address)
+
+        async def connect() -> FrameConnection:
+            return await FrameConnection.open(
+                host.strip("[]"), port, context, FRAME_CONNECT_SECONDS
+            )
+
+        return connect
+
+    return connector
+
+
+async def _bind_frames(listener: FrameListener, listen: str) -> str:
+    """Bind the frame listener (port 0: any free one); returns the address bound."""
+    host, port = split_address(listen)
+
+    async def bind() -> int:
+        return await listener.bind(host.strip("[]"), port, serve=False)
+
+    return f"{host}:{await bind_retrying(bind, listen)}"
+
+
+async def _peer_addresses(config: SidecarConfig) -> tuple[dict[int, str], dict[int, str]]:
+    """``peers`` and ``peer_frame_addresses``, or with ``peers_file`` the addresses in it
+    once it appears: ``{node: host:port}``, or ``{"peers": {...}, "peer_frames": {...}}``
+    when peers have frame listeners."""
     if config.peers_file is None:
-        return dict(config.peers)
+        return dict(config.peers), dict(config.peer_frame_addresses)
     found = await wait_for_json(config.peers_file, config.peers_wait_seconds)
     try:
-        peers = {int(node): str(address) for node, address in dict(found).items()}
-        for address in peers.values():
+        found = dict(found)
+        frames: dict[int, str] = dict(config.peer_frame_addresses)
+        if "peers" in found:
+            frames = {
+                int(node): str(address)
+                for node, address in dict(found.get("peer_frames") or {}).items()
+            }
+            found = dict(found["peers"])
+        peers = {int(node): str(address) for node, address in found.items()}
+        for address in [*peers.values(), *frames.values()]:
             if split_address(address)[1] == 0:
                 raise ValueError(f"{address!r} has no port")
+        unknown = sorted(set(frames) - set(peers))
+        if unknown:
+            raise ValueError(f"peer_frames names nodes {unknown} that are not peers")
     except (TypeError, ValueError) as error:
         raise ConfigError(
             f"peers_file {config.peers_file}: not a mapping of node id to host:port ({error})"
@@ -479,7 +556,7 @@ async def _peer_addresses(config: SidecarConfig) -> dict[int, str]:
             f"peers_file {config.peers_file} names nodes {sorted(peers)}, "
             f"the config's peers are {sorted(config.peers)}"
         )
-    return peers
+    return peers, frames
 
 
 def _connect_cassandra(config: SidecarConfig) -> Any:
@@ -643,6 +720,8 @@ class Sidecar:
         self.server: grpc.aio.Server | None = None
         self.peer_server: grpc.aio.Server | None = None
         self.peer_listen: str | None = None
+        self.frames: FrameListener | None = None
+        self.peer_frames_listen: str | None = None
         self.metrics: MetricsServer | None = None
         self.listen = config.listen
         self.delegate_channel: grpc.aio.Channel | None = None
@@ -671,6 +750,17 @@ class Sidecar:
             except (OSError, RuntimeError) as error:
                 raise StartupError(
                     f"peer_listen: cannot bind {config.peer_listen}: {_why(error)}"
+                ) from None
+        frame_server_context, frame_client_context = _frame_contexts(config)
+        if config.peer_frames_listen is not None:
+            self.frames = FrameListener(
+                ssl_context=frame_server_context, max_frame_bytes=config.peer_frame_max_bytes
+            )
+            try:
+                self.peer_frames_listen = await _bind_frames(self.frames, config.peer_frames_listen)
+            except (OSError, RuntimeError) as error:
+                raise StartupError(
+                    f"peer_frames_listen: cannot bind {config.peer_frames_listen}: {_why(error)}"
                 ) from None
         if config.metrics_listen is not None:
             self.metrics = MetricsServer(config.metrics_listen, registry_of(self))
@@ -708,11 +798,12 @@ class Sidecar:
                     "listen": self.listen,
                     "metrics_listen": self.metrics.bound if self.metrics is not None else None,
                     "peer_listen": self.peer_listen,
+                    "peer_frames_listen": self.peer_frames_listen,
                     "cql_listen": self.cql_listen,
                 },
             )
         try:
-            peers = await _peer_addresses(config)
+            peers, frame_addresses = await _peer_addresses(config)
         except TimeoutError as error:
             raise StartupError(f"peers_file: {error}") from None
         store: AsyncDataStore
@@ -748,6 +839,9 @@ class Sidecar:
             {node: config.peer_addresses.get(node, a) for node, a in peers.items()},
             _channel_factory(config),
             BatchStamper(signing),
+            frame_addresses,
+            _frame_connector(config, frame_client_context),
+            config.peer_frame_max_bytes,
         )
         self.peer_auth = PeerAuthenticator(
             config.node_id,
@@ -826,16 +920,20 @@ class Sidecar:
         await server.start()
         if self.peer_server is not None:
             await self.peer_server.start()
+        if self.frames is not None:
+            await self.frames.start(peer_servicer, self.peers.metrics)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         if self.cql is not None:
             await self.cql.start(catalog, cql_runner(transactions))
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
-            "sidecar started node=%d listen=%s peer_listen=%s cql_listen=%s peer_auth=%s "
-            "store=%s replayed=%d seconds=%.2f",
+            "sidecar started node=%d listen=%s peer_listen=%s peer_frames_listen=%s "
+            "framed_peers=%s cql_listen=%s peer_auth=%s store=%s replayed=%d seconds=%.2f",
             config.node_id,
             self.listen,
             self.peer_listen or self.listen,
+            self.peer_frames_listen,
+            sorted(frame_addresses),
             self.cql_listen,
             config.peer_auth,
             config.store,
@@ -876,6 +974,8 @@ class Sidecar:
             await self.server.stop(grace=1.0)
         if self.peer_server is not None:
             await self.peer_server.stop(grace=1.0)
+        if self.frames is not None:
+            await self.frames.close()
         if self.metrics is not None:
             await self.metrics.stop()
         await self.host.stop()

@@ -22,10 +22,11 @@ import asyncio
 import collections
 import contextlib
 import logging
+import struct
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -34,10 +35,15 @@ from accord.codec import CODEC_VERSION, CodecError, decode_message, encode_messa
 from accord.invariants import fail
 from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage
+from accord_cassandra.errors import AccordCassandraError
 from accord_cassandra.peerauth import BatchStamper, Refused
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 
+if TYPE_CHECKING:
+    from accord_cassandra.frames import FrameConnection
+
 logger = logging.getLogger(__name__)
+_FRAME_LENGTH = struct.Struct(">I")
 
 # Peer batches carry accord.codec's CODEC_VERSION: a peer on another version is refused.
 QUEUE_LIMIT = 10_000
@@ -62,6 +68,18 @@ REFUSAL_LOG_SECONDS = 10.0
 # recoveries climbing for minutes after a restart). The protocol re-sends what still
 # matters on its own timers, with fresh state.
 MAX_AGE_SECONDS = 2.0
+# The largest frame on the framed link (accord_cassandra/frames.py) by default: a gRPC peer
+# message's bound (server.MAX_MESSAGE_BYTES).
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+
+class BatchRefused(AccordCassandraError):
+    """A peer batch refused whole; ``code`` is the gRPC status a gRPC link answers with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 @dataclass
@@ -76,6 +94,10 @@ class TransportMetrics:
     unauthenticated_batches: int = 0
     # Refused because the message was well-formed but no honest peer sends it.
     invalid: int = 0
+    # Framed link (accord_cassandra/frames.py): connections closed for a frame length over
+    # the limit (its body unread), and connections refused for any reason.
+    oversize_frames: int = 0
+    refused_connections: int = 0
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
@@ -135,25 +157,34 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     ) -> int:
         """Authenticate one batch and hand its payloads to the node; how many it accepted.
         A batch refused whole aborts the call (a stream with it)."""
+        try:
+            return await self.handle(request, context.auth_context())
+        except BatchRefused as refused:
+            await context.abort(refused.code, refused.details)
+            fail("abort() returned after a refused batch")
+
+    async def handle(
+        self, request: peer_pb2.PeerBatch | bytes, auth_context: Mapping[str, Any]
+    ) -> int:
+        """:meth:`_batch` for any link: raises :class:`BatchRefused` for a batch refused
+        whole (malformed, unauthenticated, another codec version), with nothing decoded."""
         if isinstance(request, bytes):  # registered raw by the server, see _add_raw_unary
             try:
                 request = peer_pb2.PeerBatch.FromString(request)
             except DecodeError as error:
                 self.metrics.refused += 1
-                await context.abort(
+                raise BatchRefused(
                     grpc.StatusCode.INVALID_ARGUMENT, f"malformed PeerBatch: {error}"
-                )
-        if not isinstance(request, peer_pb2.PeerBatch):
-            fail("abort() returned after a malformed PeerBatch")
+                ) from None
         # Read out of the protobuf once: the MAC and the decoding below both walk them.
         payloads = list(request.payloads)
         try:
-            self.authenticate(request, context.auth_context(), payloads)
+            self.authenticate(request, auth_context, payloads)
         except Refused as refused:
             self.metrics.unauthenticated_batches += 1
-            await context.abort(refused.code, f"peer batch refused: {refused.reason}")
+            raise BatchRefused(refused.code, f"peer batch refused: {refused.reason}") from None
         if request.codec_version != CODEC_VERSION:
-            await context.abort(
+            raise BatchRefused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"codec version {request.codec_version} is not {CODEC_VERSION}: "
                 "upgrade every sidecar",
@@ -196,6 +227,8 @@ class PeerSender:
         channel: grpc.aio.Channel,
         metrics: TransportMetrics,
         stamper: BatchStamper,
+        frames: Callable[[], Awaitable[FrameConnection]] | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
@@ -215,6 +248,11 @@ class PeerSender:
         # Set once the peer answered UNIMPLEMENTED to Stream (an older sidecar).
         self._unary = False
         self._probed = False
+        # With a frame address for the peer, batches go as frames (accord_cassandra/frames.py)
+        # on a connection this opens, not on gRPC.
+        self.frames = frames
+        self.max_frame_bytes = max_frame_bytes
+        self._connection: FrameConnection | None = None
 
     def send(self, envelope: Envelope) -> None:
         self.send_encoded(encode_message(envelope))
@@ -278,18 +316,67 @@ class PeerSender:
                     task.add_done_callback(pending.discard)
                     continue
                 try:
-                    await self._stream(batch)
+                    if self.frames is not None:
+                        await self._frame(batch, self.frames)
+                    else:
+                        await self._stream(batch)
                 except Exception as error:  # noqa: BLE001
                     # grpc can raise its own internal errors (ExecuteBatchError) when the
                     # peer goes away mid-call, probing or writing; the sender must outlive
                     # them, or this peer would never hear from this node again. The probe
                     # is retried with the next batch (_probed is still False).
                     self._end_stream()
+                    self._end_frames()
                     self._failed(batch, type(error).__name__)
                 finally:
                     slots.release()
         finally:
             self._end_stream()
+            self._end_frames()
+
+    async def _frame(
+        self, batch: list[bytes], connect: Callable[[], Awaitable[FrameConnection]]
+    ) -> None:
+        """Write one batch as a frame on the peer's connection, opening one if there is
+        none or the last one closed (the peer restarted, or refused a batch whole). Writes
+        are pipelined as on a stream; a write that waits longer than a unary call's deadline
+        for the socket to drain ends the connection and drops the batch."""
+        connection = self._connection
+        if connection is not None and (connection.closed or connection.writer.is_closing()):
+            logger.debug("frame link to node=%d ended: %s", self.peer_id, connection.why)
+            connection.close()
+            connection = self._connection = None
+        if connection is None:
+            try:
+                connection = self._connection = await connect()
+            except (OSError, TimeoutError) as error:
+                self._failed(batch, f"cannot connect: {error!r}")
+                return
+        data = self._request(batch).SerializeToString()
+        if len(data) > self.max_frame_bytes:
+            logger.error(
+                "a batch of %d bytes to node=%d is over the %d-byte frame limit: dropped",
+                len(data),
+                self.peer_id,
+                self.max_frame_bytes,
+            )
+            self._failed(batch, "frame too large")
+            return
+        connection.write(_FRAME_LENGTH.pack(len(data)) + data)
+        if connection.buffered():  # only then can drain wait (loopback: hardly ever)
+            try:
+                async with asyncio.timeout(DELIVER_DEADLINE_SECONDS):
+                    await connection.drain()
+            except (OSError, TimeoutError) as error:
+                self._end_frames()
+                self._failed(batch, type(error).__name__)
+                return
+        self._delivered(batch)
+
+    def _end_frames(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def _request(self, batch: list[bytes]) -> peer_pb2.PeerBatch:
         request = peer_pb2.PeerBatch(
@@ -407,10 +494,27 @@ class Peers:
         addresses: Mapping[int, str],
         make_channel: Callable[[str], grpc.aio.Channel],
         stamper: BatchStamper,
+        frame_addresses: Mapping[int, str] | None = None,
+        connect_frames: Callable[[str], Callable[[], Awaitable[FrameConnection]]] | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
+        """``frame_addresses``: the peers with a frame listener (accord_cassandra/frames.py)
+        and where; ``connect_frames`` makes, for one such address, what opens a connection to
+        it. The other peers get gRPC's Peer.Stream."""
         self.metrics = TransportMetrics()
+        frame_addresses = frame_addresses or {}
         self.senders = {
-            peer: PeerSender(node_id, peer, make_channel(address), self.metrics, stamper)
+            peer: PeerSender(
+                node_id,
+                peer,
+                make_channel(address),
+                self.metrics,
+                stamper,
+                connect_frames(frame_addresses[peer])
+                if connect_frames is not None and peer in frame_addresses
+                else None,
+                max_frame_bytes,
+            )
             for peer, address in sorted(addresses.items())
             if peer != node_id
         }

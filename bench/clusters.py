@@ -130,6 +130,7 @@ class BenchSidecars(LocalSidecars):
     links: list[Link] = field(default_factory=list)
     link_stats: dict[str, Any] = field(default_factory=dict)
     proxies: ProxyProcess | None = None
+    _frame_maps: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def write_configs(self) -> None:
         super().write_configs()
@@ -166,23 +167,47 @@ class BenchSidecars(LocalSidecars):
             for other_id in sorted(self.sidecars)
             if other_id != node_id
         ]
+        # The framed peer link (docs/sidecars.md "Peer transport") gets proxies of its own,
+        # with the same delays: a sidecar sends its batches there, gRPC only to a peer
+        # without a frame listener.
+        framed = [
+            (node_id, other_id)
+            for node_id, other_id in routes
+            if self.sidecars[other_id].frames_address
+        ]
         links = [
             Link(
-                f"sidecar{node_id}->sidecar{other_id}",
+                f"sidecar{node_id}->sidecar{other_id}{suffix}",
                 (SIDECAR_HOST, 0),
-                _host_port(self.sidecars[other_id].address),
+                _host_port(target),
                 self.matrix.one_way_ms(region_of(node_id), region_of(other_id)),
                 self.matrix.jitter_ms,
             )
-            for node_id, other_id in routes
+            for suffix, chosen in (("", routes), ("-frames", framed))
+            for node_id, other_id in chosen
+            for target in (
+                self.sidecars[other_id].frames_address
+                if suffix
+                else self.sidecars[other_id].address,
+            )
         ]
         self.proxies = ProxyProcess(links, self.directory / "wan")
         self.proxies.start()
         # The proxy process reports the ports it bound, in the order of the links.
         self.links = self.proxies.links
-        for (node_id, other_id), link in zip(routes, self.links, strict=True):
+        frame_maps: dict[int, dict[int, str]] = {node_id: {} for node_id in self.sidecars}
+        for (node_id, other_id), link in zip(routes, self.links, strict=False):
             maps[node_id][other_id] = f"{link.listen[0]}:{link.listen[1]}"
+        for (node_id, other_id), link in zip(framed, self.links[len(routes) :], strict=True):
+            frame_maps[node_id][other_id] = f"{link.listen[0]}:{link.listen[1]}"
+        self._frame_maps = frame_maps
         return maps
+
+    def frame_maps(self) -> dict[int, dict[int, str]]:
+        """Through the proxies :meth:`peer_maps` started, with a matrix."""
+        if self.matrix is None:
+            return super().frame_maps()
+        return self._frame_maps
 
     def start(self, timeout: float = 60.0) -> None:
         try:

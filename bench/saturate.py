@@ -255,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--retry-ms", type=int, default=0, help="sidecars' timing.retry_ms")
     parser.add_argument(
+        "--peer-link",
+        choices=("frames", "grpc"),
+        default="frames",
+        help="the sidecars' peer transport (grpc: Peer.Stream, no frame listeners)",
+    )
+    parser.add_argument(
         "--recover-delay",
         choices=("adaptive", "fixed"),
         default="adaptive",
@@ -339,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                     },
                     extra={
                         "timing": timing,
+                        **({"peer_frames_listen": None} if args.peer_link == "grpc" else {}),
                         **(
                             {"batch_max_parts": args.batch_max_parts}
                             if args.batch_max_parts

@@ -103,18 +103,24 @@ class Forwarder:
 
 @dataclass
 class HeldSidecars(LocalSidecars):
-    """The victim reaches its peers through forwarders."""
+    """The victim reaches its peers through forwarders: on gRPC and on the framed link
+    (keyed by a negative node id), whichever its sender uses."""
 
     forwarders: dict[int, Forwarder] = field(default_factory=dict)
 
-    def peer_maps(self) -> dict[int, dict[int, str]]:
-        maps = super().peer_maps()
+    def _forward(self, maps: dict[int, dict[int, str]], sign: int) -> dict[int, dict[int, str]]:
         for peer, address in maps[VICTIM].items():
             if peer != VICTIM:
                 host, _, port = address.rpartition(":")
-                self.forwarders[peer] = Forwarder((host, int(port)))
-                maps[VICTIM][peer] = self.forwarders[peer].address
+                self.forwarders[sign * peer] = Forwarder((host, int(port)))
+                maps[VICTIM][peer] = self.forwarders[sign * peer].address
         return maps
+
+    def peer_maps(self) -> dict[int, dict[int, str]]:
+        return self._forward(super().peer_maps(), 1)
+
+    def frame_maps(self) -> dict[int, dict[int, str]]:
+        return self._forward(super().frame_maps(), -1)
 
 
 @pytest.fixture(scope="module")

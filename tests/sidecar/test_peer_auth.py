@@ -10,8 +10,10 @@ no data anywhere, and leave the cluster serving.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ from accord.primitives import Deps, Kind, Route, Timestamp, execute
 from accord_cassandra.client import Client, Transaction
 from accord_cassandra.cluster import LocalSidecars, metrics_of
 from accord_cassandra.config import ConfigError, load
+from accord_cassandra.frames import LENGTH, MAGIC
 from accord_cassandra.peerauth import BatchStamper, PeerKey
 from accord_cassandra.schema import Catalog
 from accord_cassandra.translate import to_txn
@@ -121,6 +124,46 @@ def deliver_code(address: str, request: peer_pb2.PeerBatch) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
+def deliver_frame(
+    address: str, request: peer_pb2.PeerBatch, context: ssl.SSLContext | None = None
+) -> str:
+    """Send ``request`` as one frame on the framed peer link (accord_cassandra/frames.py):
+    the status the listener refused it with ("UNAUTHENTICATED", ...), or "OK" when the
+    connection stayed open without a word."""
+    return frame_reply(
+        address, LENGTH.pack(request.ByteSize()) + request.SerializeToString(), context
+    )
+
+
+def frame_reply(address: str, data: bytes, context: ssl.SSLContext | None = None) -> str:
+    host, _, port = address.rpartition(":")
+    with contextlib.ExitStack() as stack:
+        connection = stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+        if context is not None:
+            connection = stack.enter_context(context.wrap_socket(connection, server_hostname=host))
+        connection.sendall(MAGIC + data)
+        connection.settimeout(2.0)
+        reader = stack.enter_context(connection.makefile("rb"))
+        try:
+            line = reader.readline()
+        except TimeoutError:
+            return "OK"  # the listener refuses at once; a batch it takes gets no answer
+        except (ssl.SSLError, ConnectionError):
+            return "CLOSED"
+    if not line:
+        return "CLOSED"  # e.g. TLS 1.3: the client's handshake ends before the server's
+    reply = line.decode().strip()
+    if not reply.startswith("refused: "):
+        raise AssertionError(f"not a refusal: {reply!r}")
+    return reply.removeprefix("refused: ").split(":")[0]
+
+
+def frames_address(cluster: LocalSidecars, node_id: int) -> str:
+    address = cluster.sidecars[node_id].frames_address
+    assert address, "LocalSidecars give every sidecar a frame listener by default"
+    return address
+
+
 def refused_batches(cluster: LocalSidecars, node_id: int) -> float:
     figures = metrics_of(cluster.sidecars[node_id].metrics_address)
     return figures["accord_peer_batches_unauthenticated_total"]
@@ -185,6 +228,7 @@ def forgeries(cluster: LocalSidecars, seen: Timestamp, account: str) -> dict[str
     }
 
 
+@pytest.mark.parametrize("link", ["grpc", "frames"])
 @pytest.mark.parametrize(
     "kind",
     [
@@ -199,14 +243,62 @@ def forgeries(cluster: LocalSidecars, seen: Timestamp, account: str) -> dict[str
         "preaccept-commit-wrong-key",
     ],
 )
-def test_a_forged_batch_is_refused_and_changes_nothing(secured: LocalSidecars, kind: str) -> None:
-    account = f"victim-{kind}"
+def test_a_forged_batch_is_refused_and_changes_nothing(
+    secured: LocalSidecars, kind: str, link: str
+) -> None:
+    """On gRPC's Peer.Deliver and on the framed link alike (the sidecars' own traffic takes
+    the latter: the balances read afterwards travelled on it)."""
+    account = f"victim-{kind}-{link}"
     seen = write_balance(secured, account, 100)
     request, code = forgeries(secured, seen, account)[kind]
     before = refused_batches(secured, 1)
-    assert deliver_code(secured.sidecars[1].address, request) == code
+    if link == "grpc":
+        assert deliver_code(secured.sidecars[1].address, request) == code
+    else:
+        assert deliver_frame(frames_address(secured, 1), request) == code.name
     assert refused_batches(secured, 1) == before + 1
     assert balance_everywhere(secured, account) == [100, 100, 100]
+
+
+def frame_figures(cluster: LocalSidecars, node_id: int) -> tuple[float, float]:
+    figures = metrics_of(cluster.sidecars[node_id].metrics_address)
+    return (
+        figures["accord_peer_frames_oversize_total"],
+        figures["accord_peer_frame_connections_refused_total"],
+    )
+
+
+def test_an_oversize_frame_is_refused_before_its_body(secured: LocalSidecars) -> None:
+    """A length over peer_frame_max_bytes (8 MiB by default) and no body at all: the
+    listener answers at once (it did not wait for 4 GiB that never come), closes, counts it;
+    the cluster keeps serving."""
+    before = frame_figures(secured, 1)
+    started = time.monotonic()
+    assert (
+        frame_reply(frames_address(secured, 1), LENGTH.pack(0xFFFFFFFF))
+        == "frame of 4294967295 bytes, the limit is 1..8388608"
+    )
+    assert time.monotonic() - started < 2.0
+    assert frame_reply(frames_address(secured, 1), LENGTH.pack(8 * 1024 * 1024 + 1)).startswith(
+        "frame of"
+    )
+    oversize, refused = frame_figures(secured, 1)
+    assert (oversize, refused) == (before[0] + 2, before[1] + 2)
+    seen = write_balance(secured, "after-oversize", 7)
+    assert seen is not None
+    assert balance_everywhere(secured, "after-oversize") == [7, 7, 7]
+
+
+def test_a_frame_link_opened_wrongly_is_refused(secured: LocalSidecars) -> None:
+    """Not the framed link's opening (a gRPC client, say): refused, counted, nothing read
+    as a frame."""
+    before = frame_figures(secured, 1)
+    host, _, port = frames_address(secured, 1).rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        line = connection.makefile("rb").readline()
+    assert line.startswith(b"refused: not a framed peer link")
+    assert frame_figures(secured, 1) == (before[0], before[1] + 1)
 
 
 def test_a_forged_new_row_never_appears(secured: LocalSidecars) -> None:
@@ -227,6 +319,11 @@ def test_a_replayed_batch_is_refused(secured: LocalSidecars) -> None:
     address = secured.sidecars[1].address
     assert deliver_code(address, request) == grpc.StatusCode.OK
     assert deliver_code(address, request) == grpc.StatusCode.UNAUTHENTICATED
+    # One replay window for both links: the batch gRPC took is a replay on frames too.
+    assert deliver_frame(frames_address(secured, 1), request) == "UNAUTHENTICATED"
+    fresh = signed(secured.peer_secret, 2, 1, [encode_message(Envelope(2, 1, body))])
+    assert deliver_frame(frames_address(secured, 1), fresh) == "OK"
+    assert deliver_frame(frames_address(secured, 1), fresh) == "UNAUTHENTICATED"
     assert balance_everywhere(secured, "replayed") == [5, 5, 5]
 
 
@@ -370,6 +467,36 @@ def test_mtls_refuses_forged_peers(
     if code == grpc.StatusCode.PERMISSION_DENIED:
         assert refused_batches(cluster, 1) == before + 1
     assert balance_everywhere(cluster, account) == [100, 100, 100]
+
+
+def _frame_tls(certs: Path, name: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certs / "test-ca.crt"))
+    if name is not None:
+        context.load_cert_chain(str(certs / f"{name}.crt"), str(certs / f"{name}.key"))
+    return context
+
+
+def test_mtls_on_the_framed_link(mtls: tuple[LocalSidecars, Path]) -> None:
+    """The frame listener has the peer port's TLS and rules: no client certificate fails
+    the handshake (nothing read, nothing counted), another node's certificate is
+    PERMISSION_DENIED, the genuine node's is taken once."""
+    cluster, certs = mtls
+    seen = write_balance(cluster, "tls-frames", 100)
+    forged = batch(2, [forged_apply(seen, "tls-frames", 2, 1)])
+    BatchStamper(None).stamp(forged, 1)
+    address = frames_address(cluster, 1)
+    # Refused in the handshake itself, or (TLS 1.3) right after the client's side of it.
+    with contextlib.suppress(ssl.SSLError, ConnectionError):
+        assert deliver_frame(address, forged, _frame_tls(certs, None)) == "CLOSED"
+    before = refused_batches(cluster, 1)
+    assert deliver_frame(address, forged, _frame_tls(certs, "accord-node-3")) == "PERMISSION_DENIED"
+    assert refused_batches(cluster, 1) == before + 1
+    body = InformDurable(1, Timestamp(seen.epoch, seen.hlc, 1, 2))
+    genuine = batch(2, [encode_message(Envelope(2, 1, body))])
+    BatchStamper(None).stamp(genuine, 1)
+    assert deliver_frame(address, genuine, _frame_tls(certs, "accord-node-2")) == "OK"
+    assert deliver_frame(address, genuine, _frame_tls(certs, "accord-node-2")) == "UNAUTHENTICATED"
+    assert balance_everywhere(cluster, "tls-frames") == [100, 100, 100]
 
 
 def test_mtls_accepts_the_genuine_node_once(mtls: tuple[LocalSidecars, Path]) -> None:

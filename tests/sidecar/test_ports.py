@@ -159,8 +159,13 @@ def test_local_sidecars_use_their_host_and_log_level(tmp_path: Path) -> None:
             assert config["peers"] == dict(zip(cluster.sidecars, addresses, strict=True))
             assert "peers_file" not in config
             assert json.loads(sidecar.peers_file.read_text()) == {
-                str(n): a for n, a in config["peers"].items()
+                "peers": {str(n): a for n, a in config["peers"].items()},
+                "peer_frames": {str(n): a for n, a in config["peer_frame_addresses"].items()},
             }
+            frames = {n: s.frames_address for n, s in cluster.sidecars.items()}
+            assert config["peer_frames_listen"] == sidecar.frames_address
+            assert config["peer_frame_addresses"] == frames
+            assert all(a.startswith("127.0.0.2:") and not a.endswith(":0") for a in frames.values())
             assert "level=DEBUG" in sidecar.log_path.read_text(), f"node {node_id}"
         victim = cluster.sidecars[2]
         victim.kill()
@@ -212,6 +217,16 @@ def test_wan_proxies_bind_port_zero_and_report_it(tmp_path: Path) -> None:
         pytest.param({"1": "127.0.0.1:5", "2": "127.0.0.1:0"}, "has no port", id="port-0"),
         pytest.param({"1": "127.0.0.1:5", "2": "nowhere"}, "not host:port", id="address"),
         pytest.param(["127.0.0.1:5"], "not a mapping", id="list"),
+        pytest.param(
+            {"peers": {"1": "127.0.0.1:5", "2": "127.0.0.1:6"}, "peer_frames": {"3": "h:7"}},
+            r"peer_frames names nodes \[3\]",
+            id="frames-ids",
+        ),
+        pytest.param(
+            {"peers": {"1": "127.0.0.1:5", "2": "127.0.0.1:6"}, "peer_frames": {"2": "h:0"}},
+            "has no port",
+            id="frames-port-0",
+        ),
     ],
 )
 def test_a_bad_peers_file_is_named(tmp_path: Path, content: object, message: str) -> None:
@@ -233,4 +248,11 @@ def test_a_good_peers_file_gives_the_addresses(tmp_path: Path) -> None:
     peers_file.write_text(json.dumps({"1": "127.0.0.1:5", "2": "127.0.0.1:6"}))
     path = _sidecar_config(tmp_path, peers={1: "127.0.0.1:0", 2: "127.0.0.1:0"})
     config = load(path, peers_file=str(peers_file))
-    assert asyncio.run(_peer_addresses(config)) == {1: "127.0.0.1:5", 2: "127.0.0.1:6"}
+    assert asyncio.run(_peer_addresses(config)) == ({1: "127.0.0.1:5", 2: "127.0.0.1:6"}, {})
+    # With frame listeners: both maps, the frames' for the peers that have one.
+    both = {"peers": {"1": "127.0.0.1:5", "2": "127.0.0.1:6"}, "peer_frames": {"2": "[::1]:7"}}
+    peers_file.write_text(json.dumps(both))
+    assert asyncio.run(_peer_addresses(config)) == (
+        {1: "127.0.0.1:5", 2: "127.0.0.1:6"},
+        {2: "[::1]:7"},
+    )
