@@ -329,6 +329,33 @@ def _accord_sidecars(
         yield sidecars
 
 
+async def _through_clients(
+    name: str,
+    addresses: list[str],
+    pids: list[int],
+    cassandra: CassandraHandle,
+    keyspace: str,
+    keys: list[str],
+    plan: dict[str, Any],
+    cassandra_idle: float | None,
+    round_index: int,
+    *,
+    preload: bool = False,
+) -> list[dict[str, Any]]:
+    """One system's phases through a client per server (Accord sidecars or null sidecars)."""
+    from bench.workload import preload as accord_preload
+
+    clients = [AsyncClient(address, timeout=30.0) for address in addresses]
+    try:
+        if preload:
+            await accord_preload(clients[0], keys, keyspace=keyspace)
+        call = _caller(clients, keyspace, keys, random.Random(7 + round_index))
+        return await _system(name, call, pids, cassandra, cassandra_idle, plan, round_index)
+    finally:
+        for client in clients:
+            await client.close()
+
+
 async def _accord_round(
     name: str,
     folder: Path,
@@ -341,8 +368,6 @@ async def _accord_round(
     pythonpath: Path | None,
     preload: bool,
 ) -> list[dict[str, Any]]:
-    from bench.workload import preload as accord_preload
-
     with _accord_sidecars(folder, cassandra, keyspace, pythonpath) as sidecars:
         pids = [s.process.pid for s in sidecars.sidecars.values() if s.process is not None]
         if pythonpath is not None:
@@ -350,15 +375,19 @@ async def _accord_round(
             if not all(mapped):
                 raise RuntimeError(f"sidecars did not load the compiled build: {mapped}")
             note(f"{name}: compiled modules mapped per sidecar {mapped}")
-        clients = [AsyncClient(s.address, timeout=30.0) for s in sidecars.sidecars.values()]
-        try:
-            if preload:
-                await accord_preload(clients[0], keys, keyspace=keyspace)
-            call = _caller(clients, keyspace, keys, random.Random(7 + round_index))
-            return await _system(name, call, pids, cassandra, cassandra_idle, plan, round_index)
-        finally:
-            for client in clients:
-                await client.close()
+        addresses = [s.address for s in sidecars.sidecars.values()]
+        return await _through_clients(
+            name,
+            addresses,
+            pids,
+            cassandra,
+            keyspace,
+            keys,
+            plan,
+            cassandra_idle,
+            round_index,
+            preload=preload,
+        )
 
 
 async def _null_round(
@@ -371,15 +400,17 @@ async def _null_round(
     round_index: int,
 ) -> list[dict[str, Any]]:
     with NullSidecars(folder, cassandra, [keyspace], SERVERS) as nulls:
-        clients = [AsyncClient(address, timeout=30.0) for address in nulls.addresses]
-        try:
-            call = _caller(clients, keyspace, keys, random.Random(7 + round_index))
-            return await _system(
-                NULL, call, nulls.pids, cassandra, cassandra_idle, plan, round_index
-            )
-        finally:
-            for client in clients:
-                await client.close()
+        return await _through_clients(
+            NULL,
+            nulls.addresses,
+            nulls.pids,
+            cassandra,
+            keyspace,
+            keys,
+            plan,
+            cassandra_idle,
+            round_index,
+        )
 
 
 async def _measure(
