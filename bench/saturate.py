@@ -37,6 +37,7 @@ from bench.wan import percentiles
 from bench.workload import (
     INITIAL_BALANCE,
     LoadError,
+    LoadResult,
     closed_loop_calls,
     conditional_set,
     cpu_seconds,
@@ -177,6 +178,7 @@ async def _run(
         threads_before = thread_cpu(pids)
         waited_before = run_queue_seconds(pids), run_queue_seconds(cassandra_pids)
         counters_before = await asyncio.to_thread(scrape, metrics)
+        result: LoadResult
         if args.open_rate:
             result = await open_loop_calls(call, rate=args.open_rate, seconds=args.seconds)
         else:

@@ -137,7 +137,7 @@ def install(directory: str) -> None:
         response.add_callbacks(done, failed)
         return future
 
-    datastore._execute = traced_execute  # type: ignore[assignment]
+    datastore._execute = traced_execute
 
     def dump() -> None:
         node = node_of.get("node", 0)
