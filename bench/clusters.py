@@ -81,6 +81,8 @@ class WrappedSidecarProcess(SidecarProcess):
     # Where ``accord`` is imported from instead of the source tree (the mypyc-compiled
     # build of bench/accel.py); None: the pure source.
     pythonpath: Path | None = None
+    # Where the sidecar notes its stage timestamps (bench/stage_trace.py); None: it does not.
+    trace_dir: Path | None = None
 
     def start(self) -> None:
         import subprocess
@@ -94,6 +96,8 @@ class WrappedSidecarProcess(SidecarProcess):
             command += ["--profile-out", str(self.profile_out)]
         if self.nice:
             command += ["--nice", str(self.nice)]
+        if self.trace_dir is not None:
+            command += ["--trace-dir", str(self.trace_dir)]
         env, cwd = None, None
         if self.pythonpath is not None:
             env = {**os.environ, "PYTHONPATH": str(self.pythonpath)}
@@ -127,6 +131,7 @@ class BenchSidecars(LocalSidecars):
     profile: bool = False
     nice: int = 0
     pythonpath: Path | None = None
+    trace_dir: Path | None = None
     links: list[Link] = field(default_factory=list)
     link_stats: dict[str, Any] = field(default_factory=dict)
     proxies: ProxyProcess | None = None
@@ -137,7 +142,8 @@ class BenchSidecars(LocalSidecars):
         self.links = []
         for node_id, sidecar in sorted(self.sidecars.items()):
             offset = float(self.clock_offset_ms.get(node_id, 0.0))
-            if offset or self.profile or self.nice or self.pythonpath is not None:
+            wrapped = self.pythonpath is not None or self.trace_dir is not None
+            if offset or self.profile or self.nice or wrapped:
                 self.sidecars[node_id] = WrappedSidecarProcess(
                     sidecar.node_id,
                     sidecar.address,
@@ -149,6 +155,7 @@ class BenchSidecars(LocalSidecars):
                     profile_out=self.profile_path(node_id) if self.profile else None,
                     nice=self.nice,
                     pythonpath=self.pythonpath,
+                    trace_dir=self.trace_dir,
                 )
 
     def profile_path(self, node_id: int) -> Path:

@@ -62,6 +62,7 @@ from bench.workload import (
     conditional_set,
     cpu_seconds,
     open_loop_calls,
+    run_queue_seconds,
 )
 
 LWT = "LWT"
@@ -182,12 +183,19 @@ async def _phase(
 ) -> dict[str, Any]:
     kind, level = phase
     before = cpu_seconds(servers), cpu_seconds(cassandra.pids), time.process_time()
+    waited_before = run_queue_seconds(servers), run_queue_seconds(cassandra.pids)
+    waited_before_client = run_queue_seconds([os.getpid()])
     result: LoadResult
     if kind == "rate":
         result = await open_loop_calls(call, rate=level, seconds=seconds)
     else:
         result = await closed_loop_calls(call, inflight=int(level), seconds=seconds)
     after = cpu_seconds(servers), cpu_seconds(cassandra.pids), time.process_time()
+    waited = (
+        run_queue_seconds(servers) - waited_before[0],
+        run_queue_seconds(cassandra.pids) - waited_before[1],
+        run_queue_seconds([os.getpid()]) - waited_before_client,
+    )
     done = max(1, result.committed)
     server_cpu = after[0] - before[0]
     cassandra_cpu = after[1] - before[1] if cassandra.pids else None
@@ -222,6 +230,14 @@ async def _phase(
         # CPU-seconds per wall second of everything measured: the cores this run got.
         "cores_used": round((server_cpu + (cassandra_cpu or 0.0) + client_cpu) / result.seconds, 2),
         "load_average": os.getloadavg()[0],
+        # Time the measured processes' threads were runnable but had no CPU, per op: on
+        # this shared 2-core machine it, not the code, set most of Accord's latency at
+        # 50 op/s (issue 15: 30-75 ms of the sidecars' per txn at loads 9-16).
+        "run_queue_ms_per_op": {
+            "servers": per_op(waited[0]) if servers else None,
+            "cassandra": per_op(waited[1]) if cassandra.pids else None,
+            "client": per_op(waited[2]),
+        },
     }
     if isinstance(result, OpenLoopResult):
         row["offered"] = {
@@ -264,7 +280,9 @@ async def _system(
         note(
             f"{name} {phase[0]} {phase[1]:g}: {row['ops_per_second']} op/s, CPU ms/op servers "
             f"{cpu['servers']} Cassandra above idle {cpu['cassandra_above_idle']} client "
-            f"{cpu['client']}; load {row['load_average']:.1f}"
+            f"{cpu['client']}; p50 {row['latency_ms'].get('p50')} ms; run-queue ms/op servers "
+            f"{row['run_queue_ms_per_op']['servers']} Cassandra "
+            f"{row['run_queue_ms_per_op']['cassandra']}; load {row['load_average']:.1f}"
         )
         rows.append(row)
     return rows
@@ -522,6 +540,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float], dict[s
             "errors": sum(sum(i["errors"].values()) for i in items),
             "cores_used": _median([i["cores_used"] for i in items]),
             "load": _spread([i["load_average"] for i in items]),
+            "queue_servers": _median(
+                [i.get("run_queue_ms_per_op", {}).get("servers") for i in items]
+            ),
+            "queue_cassandra": _median(
+                [i.get("run_queue_ms_per_op", {}).get("cassandra") for i in items]
+            ),
         }
         for name in cpu_keys:
             values = [i["cpu_ms_per_op"][name] for i in items]
@@ -631,6 +655,8 @@ def figures(
                 item["client"],
                 item["total"],
                 item["load"],
+                item["queue_servers"],
+                item["queue_cassandra"],
             ]
         )
     sat_rows = []
@@ -654,6 +680,8 @@ def figures(
                 item["total_spread"],
                 item["cores_used"],
                 item["load"],
+                item["queue_servers"],
+                item["queue_cassandra"],
             ]
         )
     cpu_columns = ["CPU ms/op Cassandra above idle", "CPU ms/op client"]
@@ -662,7 +690,9 @@ def figures(
         "CPU per operation at the same offered op/s (open loop)",
         layer=LAYER_NONE,
         method=method
-        + " Open loop: operation i starts at i/rate s whatever earlier ones are doing.",
+        + " Open loop: operation i starts at i/rate s whatever earlier ones are doing."
+        + " Run-queue ms/op: time the processes' threads were runnable but had no CPU"
+        + " (/proc schedstat), summed over them: the machine's share of the latency.",
         columns=[
             "system",
             "offered op/s",
@@ -678,6 +708,8 @@ def figures(
             cpu_columns[1],
             "CPU ms/op total",
             "load avg min-max",
+            "run-queue ms/op servers",
+            "run-queue ms/op Cassandra",
         ],
         rows=rate_rows,
         plot={
@@ -712,6 +744,8 @@ def figures(
             "total min-max",
             "cores used",
             "load avg min-max",
+            "run-queue ms/op servers",
+            "run-queue ms/op Cassandra",
         ],
         rows=sat_rows,
     )

@@ -37,13 +37,16 @@ from bench.wan import percentiles
 from bench.workload import (
     INITIAL_BALANCE,
     LoadError,
+    LoadResult,
     closed_loop_calls,
     conditional_set,
     cpu_seconds,
     delta,
     fast_path_share,
     fsync_ms_mean,
+    open_loop_calls,
     preload,
+    run_queue_seconds,
 )
 
 CODEC_FILE = "accord/codec/"
@@ -173,23 +176,35 @@ async def _run(
         cpu_before = cpu_seconds(pids)
         cassandra_before = cpu_seconds(cassandra_pids)
         threads_before = thread_cpu(pids)
+        waited_before = run_queue_seconds(pids), run_queue_seconds(cassandra_pids)
         counters_before = await asyncio.to_thread(scrape, metrics)
-        result = await closed_loop_calls(call, inflight=args.inflight, seconds=args.seconds)
+        result: LoadResult
+        if args.open_rate:
+            result = await open_loop_calls(call, rate=args.open_rate, seconds=args.seconds)
+        else:
+            result = await closed_loop_calls(call, inflight=args.inflight, seconds=args.seconds)
         cpu = cpu_seconds(pids) - cpu_before
         cassandra_cpu = cpu_seconds(cassandra_pids) - cassandra_before
         threads = {n: t - threads_before.get(n, 0.0) for n, t in thread_cpu(pids).items()}
+        waited = (
+            run_queue_seconds(pids) - waited_before[0],
+            run_queue_seconds(cassandra_pids) - waited_before[1],
+        )
         moved = delta(await asyncio.to_thread(scrape, metrics), counters_before)
         writes = await _settled_store_writes(metrics) - writes_before
         committed = result.committed
+        load = f"open loop {args.open_rate:g} op/s" if args.open_rate else ""
+        load = load or f"in flight {args.inflight}"
         print(
-            f"in flight {args.inflight}: {committed / result.seconds:.1f} op/s, "
+            f"{load}: {committed / result.seconds:.1f} op/s, "
             f"latency {percentiles(result.latencies_ms)}, errors {result.errors}, "
             f"sidecar CPU {1000 * cpu / max(1, committed):.2f} ms per committed txn, "
             f"Cassandra writes per row write {writes / max(1, result.applied):.3f}"
         )
         print(
             f"fast path {fast_path_share(moved)}, fsync mean {fsync_ms_mean(moved)} ms, "
-            f"syncs {moved.get('accord_journal_syncs_total')}, "
+            f"syncs {moved.get('accord_journal_syncs_total')} "
+            f"({moved.get('accord_journal_syncs_total', 0.0) / result.seconds:.0f}/s), "
             f"recoveries {moved.get('accord_recoveries_total')}, "
             f"dropped peer messages {moved.get('accord_peer_messages_dropped_total')}"
         )
@@ -198,6 +213,11 @@ async def _run(
             for name in PER_TXN
         }
         print(f"per committed txn, over the sidecars: {per}")
+        print(
+            f"waiting for a CPU (run queue), ms per committed txn: sidecars "
+            f"{1000 * waited[0] / max(1, committed):.2f}"
+            + (f", Cassandra {1000 * waited[1] / max(1, committed):.2f}" if cassandra_pids else "")
+        )
         if cassandra_pids:
             print(
                 f"Cassandra CPU {1000 * cassandra_cpu / max(1, committed):.2f} ms per committed "
@@ -287,6 +307,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--idle", type=float, default=0.0, help="first measure idle CPU")
     parser.add_argument(
+        "--open-rate",
+        type=float,
+        default=0.0,
+        help="measure an open loop at this many op/s instead of the closed loop (the "
+        "warm-up stays closed)",
+    )
+    parser.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        help="the sidecars note stage timestamps into DIR (bench/stage_trace.py)",
+    )
+    parser.add_argument(
+        "--electorate-size",
+        type=int,
+        default=0,
+        help="sidecars' electorate_size (fast-path voters per shard; 0: every replica)",
+    )
+    parser.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="sidecars' journal_fsync: false (a diagnostic: not durable)",
+    )
+    parser.add_argument(
         "--batch-max-parts",
         type=int,
         default=0,
@@ -351,9 +394,16 @@ def main(argv: list[str] | None = None) -> int:
                             if args.batch_max_parts
                             else {}
                         ),
+                        **({"journal_fsync": False} if args.no_fsync else {}),
+                        **(
+                            {"electorate_size": args.electorate_size}
+                            if args.electorate_size
+                            else {}
+                        ),
                     },
                     profile=bool(args.cprofile),
                     pythonpath=pythonpath,
+                    trace_dir=Path(args.trace_dir) if args.trace_dir else None,
                 )
                 started = time.monotonic()
                 with sidecars:

@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("--config", required=True)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--trace-dir", help="note stage timestamps there (bench/stage_trace.py)")
     args = parser.parse_args(argv)
     if args.nice:
         # Only root may lower niceness; elsewhere the sidecar keeps the default priority.
@@ -45,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accord_cassandra import host
     from accord_cassandra.cli import main as sidecar_main
 
+    if args.trace_dir:
+        from bench.stage_trace import install
+
+        install(args.trace_dir)
     if args.offset_ms:
         offset_micros: int = round(args.offset_ms * 1000)
         machine_now = host.WallClock.now_micros

@@ -318,6 +318,22 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / ticks
 
 
+def run_queue_seconds(pids: Iterable[int]) -> float:
+    """Seconds the threads of ``pids`` have spent runnable but waiting for a CPU so far
+    (``/proc/<pid>/task/*/schedstat``, second field): on a shared machine, how much of a
+    latency is the scheduler's and not the code's."""
+    from pathlib import Path
+
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / 1e9
+
+
 def fsync_ms_mean(counters: Mapping[str, float]) -> float | None:
     syncs = counters.get("accord_journal_syncs_total", 0.0)
     seconds = counters.get("accord_journal_sync_seconds_total", 0.0)

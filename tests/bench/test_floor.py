@@ -1,5 +1,6 @@
 """The floor suite's parts that need no cluster: the open loop's schedule accounting and
-the null sidecar's refusal of every request but the conditional set it models."""
+the null sidecar's refusal of every request but the conditional set it models, and the
+run-queue wait the suite reports beside CPU."""
 
 from __future__ import annotations
 
@@ -50,3 +51,40 @@ def test_null_sidecar_refuses_anything_else() -> None:
     elsewhere = conditional_set("acct1", 1, 0, "other").request.SerializeToString()
     with pytest.raises(NotConditionalSet, match="serves"):
         parse(elsewhere, frozenset({"ks_null"}))
+
+
+def test_run_queue_wait_counts_live_threads_only() -> None:
+    import os
+    import subprocess
+
+    from bench.workload import run_queue_seconds
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert run_queue_seconds([child.pid]) == 0.0  # gone: nothing to read
+    first = run_queue_seconds([os.getpid()])
+    assert first >= 0.0
+    assert run_queue_seconds([os.getpid(), child.pid]) >= first
+
+
+def test_floor_summary_takes_the_median_run_queue_wait() -> None:
+    from bench.floor import summarise
+
+    def row(servers: float, cassandra: float) -> dict[str, object]:
+        return {
+            "system": "s",
+            "phase": "rate",
+            "level": 50.0,
+            "ops_per_second": 50.0,
+            "latency_ms": {"p50": 1.0, "p99": 2.0},
+            "errors": {},
+            "cores_used": 1.0,
+            "load_average": 1.0,
+            "cpu_ms_per_op": dict.fromkeys(
+                ("servers", "servers_above_idle", "cassandra_above_idle", "client"), 1.0
+            ),
+            "run_queue_ms_per_op": {"servers": servers, "cassandra": cassandra, "client": 0.0},
+        }
+
+    summary = summarise([row(10.0, 1.0), row(30.0, 3.0), row(20.0, 2.0)])[("s", "rate", 50.0)]
+    assert (summary["queue_servers"], summary["queue_cassandra"]) == (20.0, 2.0)
