@@ -7,11 +7,21 @@ whole wire range, including the signed 64-bit bounds.
 
 :func:`identical` compares two values by type as well as by ``==``, which a round-trip test
 needs: ``True == 1``, ``Status.APPLIED == 70`` and ``Key(1, "a") == (1, "a")`` in Python.
+
+The functions that build strategies are cached (``functools.cache``: the same arguments give
+the same strategy object), and the composites build none while drawing. Hypothesis validates
+every strategy object the first time it is drawn from, and for a deep one (``st.recursive``,
+``st.builds`` over classes) that costs far more than drawing: built afresh on every draw
+inside ``txns``, validation took 52 of the 67 s (under cProfile) a hundred PreAccepts took.
+A cached strategy is the same strategy, so what is generated does not change, only how often
+it is validated. A caller that passes a new strategy object on every draw (``keys=``) gets a
+new cache entry each time: build the argument once, as the module does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, TypeVar
 
 import msgspec
@@ -97,12 +107,14 @@ int64s: SearchStrategy[int] = st.one_of(st.integers(-3, 3), st.integers(INT64_MI
 """Signed 64-bit integers, biased towards small ones and the bounds."""
 
 
+@functools.cache
 def timestamps(*, small: bool = False) -> SearchStrategy[Timestamp]:
     """Timestamps; ``small`` draws each field from 0..3 so that ties and equality are common."""
     field = st.integers(0, 3) if small else st.one_of(st.integers(0, 3), int64s)
     return st.builds(Timestamp, field, field, field, field)
 
 
+@functools.cache
 def keys(*, small: bool = False) -> SearchStrategy[Key]:
     """Keys; ``small`` draws from six keys over three tokens (equal tokens, distinct names)."""
     if small:
@@ -116,6 +128,7 @@ scalar_values: SearchStrategy[Value] = st.one_of(
 )
 
 
+@functools.cache
 def values(*, max_leaves: int = 12) -> SearchStrategy[Value]:
     """Values: None, bool, int64, str, bytes and (nested) tuples of values."""
     return st.recursive(
@@ -139,6 +152,7 @@ bounds: SearchStrategy[Bound | None] = st.none() | st.builds(
 ttls: SearchStrategy[int | None] = st.none() | st.integers(1, MAX_TTL_SECONDS)
 
 
+@functools.cache
 def slices(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Slice]:
     return st.builds(
         Slice,
@@ -151,11 +165,13 @@ def slices(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Slice]:
     )
 
 
+@functools.cache
 def selections(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Selection]:
     key = keys() if key is None else key
     return st.one_of(st.builds(RowAt, key, clusterings), slices(key), st.builds(StaticAt, key))
 
 
+@functools.cache
 def exprs(
     key: SearchStrategy[Key] | None = None, value: SearchStrategy[Value] | None = None
 ) -> SearchStrategy[Expr]:
@@ -180,14 +196,23 @@ def exprs(
     )
 
 
+COMPARISONS = ("=", "!=", "<", "<=", ">", ">=", "is_null", "not_null")
+
+
+@functools.cache
+def predicates(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Predicate]:
+    return _predicates(exprs(key))
+
+
 @st.composite
-def predicates(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Predicate:
-    op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "is_null", "not_null"]))
-    left = draw(exprs(key))
-    right = None if op in ("is_null", "not_null") else draw(exprs(key))
+def _predicates(draw: st.DrawFn, expr: SearchStrategy[Expr]) -> Predicate:
+    op = draw(st.sampled_from(COMPARISONS))
+    left = draw(expr)
+    right = None if op in ("is_null", "not_null") else draw(expr)
     return Predicate(op, left, right)  # type: ignore[arg-type]
 
 
+@functools.cache
 def writes(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Write]:
     key = keys() if key is None else key
     return st.one_of(
@@ -197,6 +222,7 @@ def writes(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Write]:
     )
 
 
+@functools.cache
 def row_writes(key: SearchStrategy[Key]) -> SearchStrategy[Write]:
     return st.one_of(
         st.builds(PutRow, key, clusterings, exprs(key), ttls),
@@ -207,6 +233,7 @@ def row_writes(key: SearchStrategy[Key]) -> SearchStrategy[Write]:
     )
 
 
+@functools.cache
 def updates(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Update]:
     return st.builds(
         Update,
@@ -215,38 +242,70 @@ def updates(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Update]:
     )
 
 
-@st.composite
-def txns(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Txn:
+@functools.cache
+def txns(key: SearchStrategy[Key] | None = None) -> SearchStrategy[Txn]:
     """Valid transactions: every one reads or writes at least one key."""
-    key = keys() if key is None else key
-    update = draw(st.none() | updates(key))
-    must_read = update is None or not update.writes
-    reads = draw(st.lists(key, min_size=1 if must_read else 0, max_size=3))
-    returns = draw(st.lists(exprs(key), max_size=1))
-    return Txn(tuple(reads), update, tuple(returns))
+    return _txns_of(keys() if key is None else key)
+
+
+def _txns_of(key: SearchStrategy[Key]) -> SearchStrategy[Txn]:
+    return _txns(
+        st.none() | updates(key),
+        st.lists(key, min_size=1, max_size=3),
+        st.lists(key, max_size=3),
+        st.lists(exprs(key), max_size=1),
+    )
+
+
+@st.composite
+def _txns(
+    draw: st.DrawFn,
+    update: SearchStrategy[Update | None],
+    some_reads: SearchStrategy[list[Key]],
+    any_reads: SearchStrategy[list[Key]],
+    returns: SearchStrategy[list[Expr]],
+) -> Txn:
+    drawn = draw(update)
+    must_read = drawn is None or not drawn.writes
+    reads = draw(some_reads if must_read else any_reads)
+    return Txn(tuple(reads), drawn, tuple(draw(returns)))
 
 
 SHARED_READ = Key(0, "shared")
 
 
-@st.composite
-def batches(draw: st.DrawFn, max_parts: int = 3) -> Txn:
+@functools.cache
+def part_keys(index: int) -> SearchStrategy[Key]:
+    """The keys of a batch's part ``index``: its own names, three tokens, so parts collide
+    on tokens but never on keys."""
+    return st.builds(Key, st.integers(-3, 3), st.sampled_from([f"p{index}a", f"p{index}b"]))
+
+
+@functools.cache
+def batches(max_parts: int = 3) -> SearchStrategy[Txn]:
     """Valid batches: each part's keys are its own (names ``p<i>…``), but any part may also
     read one key they all share, as reads may overlap reads."""
-    tokens = st.integers(-3, 3)
+    return _batches(st.integers(2, max_parts), tuple(txns(part_keys(i)) for i in range(max_parts)))
+
+
+@st.composite
+def _batches(
+    draw: st.DrawFn, count: SearchStrategy[int], part_txns: tuple[SearchStrategy[Txn], ...]
+) -> Txn:
     parts = []
-    for index in range(draw(st.integers(2, max_parts))):
-        own = st.builds(Key, tokens, st.sampled_from([f"p{index}a", f"p{index}b"]))
-        part = draw(txns(own))
+    for index in range(draw(count)):
+        part = draw(part_txns[index])
         if draw(st.booleans()):
             part = Txn((*part.reads, SHARED_READ), part.update, part.returns)
         parts.append(part)
     return Txn.batch(tuple(parts))
 
 
+@functools.cache
 def any_txns() -> SearchStrategy[Txn]:
-    """Transactions, batches among them."""
-    return st.one_of(txns(), txns(), batches())
+    """Transactions, batches among them (a third: one_of drops a strategy object it already
+    holds, so the two plain branches must be two objects)."""
+    return st.one_of(_txns_of(keys()), _txns_of(keys()), batches())
 
 
 @st.composite
@@ -255,6 +314,7 @@ def routes(draw: st.DrawFn, key: SearchStrategy[Key] | None = None) -> Route:
     return Route(draw(st.sampled_from(members)), tuple(members))
 
 
+@functools.cache
 def deps(
     key: SearchStrategy[Key] | None = None, timestamp: SearchStrategy[Timestamp] | None = None
 ) -> SearchStrategy[Deps]:
@@ -296,9 +356,19 @@ def partition_reads(draw: st.DrawFn) -> tuple[Key, Value]:
     key = draw(keys())
     if draw(st.booleans()):
         return key, draw(values())
-    asked = draw(st.lists(selections(st.just(key)), max_size=3))
-    results = tuple((selection, draw(values())) for selection in asked)
-    return key, PartitionRead(results, draw(st.none() | st.text(max_size=12)))
+    # Drawn for a placeholder key, then moved to the drawn one: selections(st.just(key))
+    # would be a new strategy, validated anew, on every draw. The key draws no choices
+    # either way, so the selections are distributed as before.
+    asked = draw(_placeholder_selections)
+    results = tuple(
+        (msgspec.structs.replace(selection, key=key), draw(values())) for selection in asked
+    )
+    return key, PartitionRead(results, draw(_read_errors))
+
+
+_PLACEHOLDER_KEY = Key(0, "placeholder")
+_placeholder_selections = st.lists(selections(st.just(_PLACEHOLDER_KEY)), max_size=3)
+_read_errors = st.none() | st.text(max_size=12)
 
 
 reads: SearchStrategy[tuple[tuple[Key, Value], ...]] = st.lists(
