@@ -1,12 +1,13 @@
 """A coordinator outrun by a recovery: its own attempt is preempted, yet its client hears the
 outcome the recovery chose, not "unknown": from its replica, which the outcome reaches, or,
-on a node that is no replica of the txn, by asking (recovering it itself)."""
+on a node that is no replica of the txn, by asking the replicas (CheckStatus, read-only),
+recovering it itself only when none of them knows a final outcome."""
 
 from __future__ import annotations
 
 from accord import ring_topology
 from accord.api import ClientReply
-from accord.messages import PreAccept
+from accord.messages import BeginRecovery, CheckStatus, CheckStatusOk, PreAccept
 from accord.primitives import BinOp, Const, Put, ReadOf, Status, Txn, TxnId, Update, sim_key
 from tests.scenarios.harness import Net, of_type
 
@@ -81,9 +82,9 @@ def test_a_client_whose_coordinator_a_recovery_outran_hears_the_invalidation() -
 
 def test_a_coordinator_that_is_no_replica_asks_for_the_recovered_result() -> None:
     """Node 3 coordinates an append to a key of the shard (4, 1, 2): the recovery's outcome
-    never reaches it, so once its attempt gave up it recovers the txn itself, learns the
-    applied outcome and answers "ok" with its result. Before, its client was answered
-    "unknown" at the deadline."""
+    never reaches it, so once its attempt gave up it asks the replicas, learns the applied
+    outcome and answers "ok" with its result. Before, its client was answered "unknown" at
+    the deadline."""
     topology = ring_topology([1, 2, 3, 4], 3)
     replicas = topology.shard_for(A).replicas
     assert 3 not in replicas and 1 in replicas
@@ -97,3 +98,22 @@ def test_a_coordinator_that_is_no_replica_asks_for_the_recovered_result() -> Non
     assert reply.result is not None and reply.result.reads == ((A, (1,)),)
     assert net.data[1][A][1] == (1, 2)
     assert left > net.nodes[3].config.client_timeout_micros // 2
+
+
+def test_a_coordinator_that_is_no_replica_learns_the_outcome_without_a_ballot() -> None:
+    """As above, but what node 3 sent: it asked the replicas (CheckStatus, which promises no
+    ballot), a replica that applied the append answered with its result, and node 3 never
+    began a recovery of its own. Before, it asked by recovering the txn, whose ballot
+    preempts any coordinator still driving it (the recoverer here, had it been slower)."""
+    topology = ring_topology([1, 2, 3, 4], 3)
+    net = Net(topology=topology, recover_delay_micros=500_000)
+    net, txn_id, reply, _ = _outrun(clock_step=1_000, net=net, coordinator=3, recoverer=1)
+    assert (reply.request_id, reply.txn_id, reply.outcome) == (1, txn_id, "ok"), reply
+    from_3 = [e for e in net.sent if e.src == 3 and getattr(e.body, "txn_id", None) == txn_id]
+    asked = [e for e in from_3 if isinstance(e.body, CheckStatus)]
+    assert {e.dest for e in asked} == set(topology.shard_for(A).replicas)
+    assert not [e for e in from_3 if isinstance(e.body, BeginRecovery)]
+    answers = [e.body for e in net.sent if e.dest == 3 and isinstance(e.body, CheckStatusOk)]
+    assert any(a.txn_id == txn_id and a.result is not None for a in answers)
+    stats = net.nodes[3].stats
+    assert (stats.status_checks, stats.recoveries) == (1, 0)
