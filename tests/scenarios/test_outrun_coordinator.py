@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from accord import ring_topology
 from accord.api import ClientReply
-from accord.messages import BeginRecovery, CheckStatus, CheckStatusOk, PreAccept
+from accord.messages import BeginRecovery, CheckStatus, CheckStatusOk, Nack, PreAccept
 from accord.primitives import BinOp, Const, Put, ReadOf, Status, Txn, TxnId, Update, sim_key
 from tests.scenarios.harness import Net, of_type
 
@@ -117,3 +117,42 @@ def test_a_coordinator_that_is_no_replica_learns_the_outcome_without_a_ballot() 
     assert any(a.txn_id == txn_id and a.result is not None for a in answers)
     stats = net.nodes[3].stats
     assert (stats.status_checks, stats.recoveries) == (1, 0)
+
+
+def test_a_coordinator_that_is_no_replica_recovers_when_no_replica_knows_the_outcome() -> None:
+    """Node 3's append reaches the replicas' PreAccept and nothing more; node 1 begins a
+    recovery that reaches no other replica (they hear nothing from each other), so nothing
+    decides the append, but its promise makes node 3's re-sent PreAccept be refused and node
+    3 gives up. It asks, a quorum answers without a final outcome, and only then does it
+    begin a recovery of its own, which, with the network back, commits the append and
+    answers its client "ok"."""
+    topology = ring_topology([1, 2, 3, 4], 3)
+    replicas = set(topology.shard_for(A).replicas)
+    net = Net(topology=topology, recover_delay_micros=500_000)
+    node = net.nodes[3]
+    deadline = net.clock.micros + node.config.client_timeout_micros
+    txn_id = node.submit(1, append(2))
+    assert txn_id is not None
+    net.flush(3)
+    net.deliver(of_type(PreAccept))
+    net.drop(lambda e: e.dest == 3)
+    assert net.nodes[1].recover(txn_id)
+    net.flush(1)
+
+    def sent_by_3() -> list[type]:
+        return [type(e.body) for e in net.sent if e.src == 3 and e.body.txn_id == txn_id]
+
+    while BeginRecovery not in sent_by_3() and net.clock.micros < deadline:
+        net.drop(lambda e: e.src in replicas and e.dest in replicas and e.src != e.dest)
+        net.drop(lambda e: e.dest == 3 and not isinstance(e.body, (CheckStatusOk, Nack)))
+        net.deliver()
+        net.tick(TICK)
+    kinds = sent_by_3()
+    assert CheckStatus in kinds and BeginRecovery in kinds, kinds
+    assert kinds.index(CheckStatus) < kinds.index(BeginRecovery), kinds
+    answers = [e.body for e in net.sent if e.dest == 3 and isinstance(e.body, CheckStatusOk)]
+    assert answers and all(a.result is None for a in answers)
+    while not net.replies and net.clock.micros < deadline:
+        net.settle()
+        net.tick(TICK)
+    assert [(r.request_id, r.txn_id, r.outcome) for r in net.replies] == [(1, txn_id, "ok")]
