@@ -45,6 +45,8 @@ from accord import MAX_BATCH_PARTS
 from accord.testing import Bugs
 from accord_cassandra.datastore import MAX_NODE_ID
 from accord_cassandra.errors import AccordCassandraError
+from accord_cassandra.frames import AUTH_TIMEOUT_SECONDS as FRAME_AUTH_TIMEOUT_SECONDS
+from accord_cassandra.frames import MAX_CONNECTIONS as MAX_FRAME_CONNECTIONS
 from accord_cassandra.host import (
     MAX_IN_FLIGHT_PER_KEY,
     MAX_PENDING_CLIENTS,
@@ -271,6 +273,11 @@ class SidecarConfig(BaseSettings):
     peer_frame_addresses: dict[int, str] = Field(default_factory=dict)
     # The largest frame accepted; a longer one closes the connection, its body unread.
     peer_frame_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    # Frame connections open at once (each peer holds one); one more is closed on arrival.
+    # A connection without a whole first frame (TLS handshake and opening included) this
+    # long after it arrived is closed: only authenticated peers may sit idle.
+    peer_frame_max_connections: int = Field(default=MAX_FRAME_CONNECTIONS, ge=1, le=65_536)
+    peer_frame_auth_timeout_seconds: float = Field(default=FRAME_AUTH_TIMEOUT_SECONDS, gt=0, le=600)
     peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     allow_insecure_peers: bool = False
     metrics_listen: str | None = None
@@ -456,6 +463,12 @@ class SidecarConfig(BaseSettings):
         unknown = sorted(set(self.peer_frame_addresses) - set(self.peers))
         if unknown:
             raise ValueError(f"peer_frame_addresses names nodes {unknown} that are not in peers")
+        others = len(self.peers) - 1
+        if self.peer_frames_listen is not None and self.peer_frame_max_connections < others:
+            raise ValueError(
+                f"peer_frame_max_connections ({self.peer_frame_max_connections}) must be at "
+                f"least {others}: each other peer holds a connection to the frame listener"
+            )
         frames = self.peer_frames_listen
         shared = frames is not None and frames in (self.listen, self.peer_listen)
         if shared and not str(frames).endswith(":0"):

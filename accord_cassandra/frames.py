@@ -14,6 +14,13 @@ closes the connection, as gRPC's abort ends a stream; its sender reconnects for 
 batch. Each batch is authenticated (accord_cassandra/peerauth.py) before anything in it is
 decoded, by the same code as on gRPC (:meth:`PeerServicer.handle`); with TLS, the client
 certificate's names are what gRPC's auth context gives mtls.
+
+Limits: at most ``max_connections`` connections are open at once (TLS handshakes included);
+one more is closed as soon as it is accepted. A connection that has not, within
+``auth_timeout_seconds`` of being accepted, finished its TLS handshake, said ``MAGIC`` and
+sent a whole first frame is closed. Only a connection whose first batch authenticated may
+then stay idle, so what anyone able to reach the port can hold is at most
+``max_connections`` sockets, each for that long, each with at most one frame's buffer.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 from collections.abc import Mapping, Sequence
@@ -38,8 +46,16 @@ logger = logging.getLogger(__name__)
 
 MAGIC = b"ACPF\x00\x00\x00\x01"
 LENGTH = struct.Struct(">I")
-# A client that connects and does not say MAGIC within this long is dropped.
-HELLO_SECONDS = 10.0
+# The defaults of config peer_frame_max_connections and peer_frame_auth_timeout_seconds.
+# Honest peers hold one connection each (a second one only while a reconnect overlaps its
+# predecessor's close), so 128 is room for a large cluster; with the default frame limit
+# it bounds what unauthenticated clients can make the listener buffer to 1 GiB.
+MAX_CONNECTIONS = 128
+AUTH_TIMEOUT_SECONDS = 10.0
+# Connections the kernel queues while the listener is not accepting (asyncio's own).
+LISTEN_BACKLOG = 100
+# After accept() fails (no file descriptor left): the retry's pause, as asyncio's server's.
+ACCEPT_PAUSE_SECONDS = 1.0
 # Connection refusals are logged at most this often (the rest are counted).
 LOG_SECONDS = 10.0
 
@@ -60,7 +76,12 @@ def auth_context_of(peercert: Mapping[str, Any] | None) -> dict[str, list[bytes]
 
 
 class FrameListener:
-    """Accepts framed peer connections and hands each batch to a :class:`PeerServicer`."""
+    """Accepts framed peer connections and hands each batch to a :class:`PeerServicer`.
+
+    It accepts on its own socket rather than through ``asyncio.start_server``: asyncio's
+    server-side TLS runs the handshake before the server hears of the connection, so
+    handshakes would escape the connection limit. Here a connection is counted from the
+    moment it is accepted, and refused before a byte of it is read."""
 
     def __init__(
         self,
@@ -69,31 +90,51 @@ class FrameListener:
         *,
         ssl_context: ssl.SSLContext | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
+        auth_timeout_seconds: float = AUTH_TIMEOUT_SECONDS,
     ) -> None:
         if not 0 < max_frame_bytes <= 0xFFFFFFFF:
             raise ValueError(f"max_frame_bytes must be 1..{0xFFFFFFFF}, not {max_frame_bytes}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
+        if not auth_timeout_seconds > 0:
+            raise ValueError(f"auth_timeout_seconds must be positive, not {auth_timeout_seconds}")
         self.servicer = servicer
         self.metrics = metrics or TransportMetrics()
         self.ssl_context = ssl_context
         self.max_frame_bytes = max_frame_bytes
-        self.server: asyncio.Server | None = None
-        self._connections: set[asyncio.StreamWriter] = set()
+        self.max_connections = max_connections
+        self.auth_timeout_seconds = auth_timeout_seconds
+        self.socket: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        # One task per admitted connection, from its accept to its close; its writer once
+        # the (TLS) stream exists.
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter | None] = {}
         self._logged_at = float("-inf")
         self._unlogged = 0
+
+    @property
+    def open_connections(self) -> int:
+        """Connections admitted and not yet closed (those in the TLS handshake included)."""
+        return len(self._connections)
 
     async def bind(self, host: str, port: int, *, serve: bool = True) -> int:
         """Listen on ``host:port`` (0: any free port); returns the port bound. Connections
         are served from here on, or with ``serve=False`` from :meth:`start` (a sidecar
         binds its ports before its node exists)."""
-        self.server = await asyncio.start_server(
-            self._serve, host, port, ssl=self.ssl_context, limit=2**16, start_serving=False
+        loop = asyncio.get_running_loop()
+        found = await loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-        sockets = self.server.sockets
-        if not sockets:
-            fail("a bound frame listener has no socket")
+        if not found:
+            fail(f"getaddrinfo found no address for {host!r}")
+        family, _, _, _, address = found[0]
+        listening = socket.create_server(address[:2], family=family, backlog=LISTEN_BACKLOG)
+        listening.setblocking(False)
+        self.socket = listening
         if serve:
             await self.start()
-        return int(sockets[0].getsockname()[1])
+        return int(listening.getsockname()[1])
 
     async def start(
         self, servicer: PeerServicer | None = None, metrics: TransportMetrics | None = None
@@ -102,71 +143,184 @@ class FrameListener:
             self.servicer = servicer
         if metrics is not None:
             self.metrics = metrics
-        if self.server is None or self.servicer is None:
-            fail("a frame listener starts serving once bound, with a servicer")
-        await self.server.start_serving()
+        if self.socket is None or self.servicer is None or self._accepting is not None:
+            fail("a frame listener starts serving once, bound, with a servicer")
+        self._accepting = asyncio.create_task(self._accept(self.socket))
 
     async def close(self) -> None:
-        # Closing each connection's socket ends its reader with EOF (cancelling the tasks
-        # would make asyncio log each as an error).
-        if self.server is not None:
-            self.server.close()
-        for writer in list(self._connections):
-            writer.close()
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 1.0)
+        # Closing each connection's socket ends its reader with EOF; a connection still in
+        # its handshake (no stream yet) is cancelled.
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+        if self.socket is not None:
+            self.socket.close()
+        for task, writer in list(self._connections.items()):
+            if writer is None:
+                task.cancel()
+            else:
+                writer.close()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=1.0)
 
-    def _refuse(self, writer: asyncio.StreamWriter, why: str) -> None:
+    async def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(listening)
+            except OSError as error:
+                # Out of file descriptors, say: the kernel keeps the backlog meanwhile.
+                logger.warning("frame listener cannot accept: %r", error)
+                await asyncio.sleep(ACCEPT_PAUSE_SECONDS)
+                continue
+            client.setblocking(False)
+            if len(self._connections) >= self.max_connections:
+                self._refuse_at_once(client)
+                continue
+            # As asyncio's own servers do: the listener's rare writes (a refusal line, TLS)
+            # need not wait for an acknowledgement.
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.create_task(self._serve(client))
+            self._connections[task] = None
+            task.add_done_callback(self._ended)
+            if len(self._connections) > self.max_connections:
+                fail(f"{len(self._connections)} frame connections open, over the limit")
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._connections.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a framed peer connection failed", exc_info=task.exception())
+
+    def _refuse_at_once(self, client: socket.socket) -> None:
+        """Close a connection past the limit before a byte of it is read or a handshake
+        begins: a refusal must cost less than what it protects."""
+        why = f"{self.max_connections} connections are open, the limit"
+        self.metrics.frame_connections_over_limit += 1
+        self._counted(_peer_of(client), why)
+        if self.ssl_context is None:  # a TLS client could not read the line
+            with contextlib.suppress(OSError):
+                client.send(f"refused: {why}\n".encode())
+        client.close()
+
+    async def _streams(
+        self, client: socket.socket
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The accepted socket as a stream pair, after its TLS handshake if any (what
+        ``asyncio.start_server`` hands its callback). The socket is the transport's from
+        here on, closed with it, also when this raises."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**16, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol,
+            client,
+            ssl=self.ssl_context,
+            # The auth timeout around this ends a handshake first; asyncio's own (60 s by
+            # default) must not end it sooner, uncounted.
+            ssl_handshake_timeout=self.auth_timeout_seconds + 1.0 if self.ssl_context else None,
+        )
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    def _counted(self, peer: object, why: str) -> None:
+        """Count a connection this listener closed; log at most every LOG_SECONDS."""
         self.metrics.refused_connections += 1
         self._unlogged += 1
         now = asyncio.get_running_loop().time()
         if now - self._logged_at >= LOG_SECONDS:
-            peer = writer.get_extra_info("peername")
             logger.warning(
                 "closed %d framed peer connection(s) (last from %s: %s)", self._unlogged, peer, why
             )
             self._logged_at = now
             self._unlogged = 0
+
+    def _refuse(self, writer: asyncio.StreamWriter, why: str) -> None:
+        self._counted(writer.get_extra_info("peername"), why)
         with contextlib.suppress(Exception):
             writer.write(f"refused: {why}\n"[:1000].encode())
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._connections.add(writer)
+    async def _serve(self, client: socket.socket) -> None:
+        task = asyncio.current_task()
+        if task is None or task not in self._connections:
+            fail("a frame connection is served by the task it was admitted as")
+        peer = _peer_of(client)
+        writer: asyncio.StreamWriter | None = None
         try:
-            await self._frames(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ssl.SSLError):
+            try:
+                async with asyncio.timeout(self.auth_timeout_seconds):
+                    reader, writer = await self._streams(client)
+                    self._connections[task] = writer
+                    first = await self._first_frame(reader, writer)
+            except TimeoutError:
+                self.metrics.frame_connections_timed_out += 1
+                why = f"no whole frame within {self.auth_timeout_seconds:g} s of connecting"
+                if writer is None:  # still in its TLS handshake: it could not read a line
+                    self._counted(peer, why)
+                else:
+                    self._refuse(writer, why)
+                return
+            if first is not None:
+                await self._frames(reader, writer, first)
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # the peer went away (or never spoke): its sender reconnects
         finally:
-            self._connections.discard(writer)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            # Without a writer the transport, if any, closed the socket when its handshake
+            # failed; closing it again does nothing.
+            if writer is None:
+                client.close()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
-    async def _frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async with asyncio.timeout(HELLO_SECONDS):
-            hello = await reader.readexactly(len(MAGIC))
-        if hello != MAGIC:
-            self._refuse(writer, f"not a framed peer link (opened with {hello!r})")
-            return
-        auth_context = auth_context_of(writer.get_extra_info("peercert"))
+    async def _frames(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes
+    ) -> None:
+        """Hand the first frame and every later one to the servicer, until one is refused."""
         if self.servicer is None:
             fail("a frame listener serves only with a servicer")
+        auth_context = auth_context_of(writer.get_extra_info("peercert"))
         handle = self.servicer.handle
         unpack = LENGTH.unpack
         limit = self.max_frame_bytes
         readexactly = reader.readexactly
+        frame = first
         while True:
-            (length,) = unpack(await readexactly(4))
-            if length == 0 or length > limit:
-                self.metrics.oversize_frames += 1
-                self._refuse(writer, f"frame of {length} bytes, the limit is 1..{limit}")
-                return
             try:
-                await handle(await readexactly(length), auth_context)
+                await handle(frame, auth_context)
             except BatchRefused as refused:
                 self._refuse(writer, f"{refused.code.name}: {refused.details}")
                 return
+            (length,) = unpack(await readexactly(4))
+            if length == 0 or length > limit:
+                self._oversize(writer, length)
+                return
+            frame = await readexactly(length)
+
+    async def _first_frame(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bytes | None:
+        """``MAGIC`` and the first frame's body; None when the connection was refused."""
+        hello = await reader.readexactly(len(MAGIC))
+        if hello != MAGIC:
+            self._refuse(writer, f"not a framed peer link (opened with {hello!r})")
+            return None
+        (length,) = LENGTH.unpack(await reader.readexactly(4))
+        if length == 0 or length > self.max_frame_bytes:
+            self._oversize(writer, length)
+            return None
+        return await reader.readexactly(length)
+
+    def _oversize(self, writer: asyncio.StreamWriter, length: int) -> None:
+        self.metrics.oversize_frames += 1
+        self._refuse(writer, f"frame of {length} bytes, the limit is 1..{self.max_frame_bytes}")
+
+
+def _peer_of(client: socket.socket) -> object:
+    try:
+        return client.getpeername()
+    except OSError:  # it went away already
+        return "?"
 
 
 class FrameConnection:
@@ -243,7 +397,9 @@ def server_ssl_context(
 
 
 __all__: Sequence[str] = [
+    "AUTH_TIMEOUT_SECONDS",
     "MAGIC",
+    "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
     "FrameConnection",
     "FrameListener",

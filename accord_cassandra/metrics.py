@@ -174,11 +174,29 @@ class SidecarCollector(Collector):
             peers.metrics.oversize_frames,
         )
         yield _counter(
+            "accord_peer_frame_connections_over_limit",
+            "Framed peer connections closed on arrival, peer_frame_max_connections being open",
+            peers.metrics.frame_connections_over_limit,
+        )
+        yield _counter(
+            "accord_peer_frame_connections_timed_out",
+            "Framed peer connections closed for no whole first frame within "
+            "peer_frame_auth_timeout_seconds",
+            peers.metrics.frame_connections_timed_out,
+        )
+        yield _counter(
             "accord_peer_frame_connections_refused",
             "Framed peer connections closed by this sidecar (bad opening, oversize frame, "
-            "or a batch refused whole)",
+            "a batch refused whole, over the connection limit, or timed out)",
             peers.metrics.refused_connections,
         )
+        frames = getattr(sidecar, "frames", None)
+        if frames is not None:
+            yield _gauge(
+                "accord_peer_frame_connections",
+                "Framed peer connections open (TLS handshakes included)",
+                frames.open_connections,
+            )
         yield from host.metrics.commit_latency.collect()
         cql = getattr(sidecar, "cql", None)
         if cql is not None:

@@ -754,7 +754,10 @@ class Sidecar:
         frame_server_context, frame_client_context = _frame_contexts(config)
         if config.peer_frames_listen is not None:
             self.frames = FrameListener(
-                ssl_context=frame_server_context, max_frame_bytes=config.peer_frame_max_bytes
+                ssl_context=frame_server_context,
+                max_frame_bytes=config.peer_frame_max_bytes,
+                max_connections=config.peer_frame_max_connections,
+                auth_timeout_seconds=config.peer_frame_auth_timeout_seconds,
             )
             try:
                 self.peer_frames_listen = await _bind_frames(self.frames, config.peer_frames_listen)

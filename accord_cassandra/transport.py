@@ -95,8 +95,12 @@ class TransportMetrics:
     # Refused because the message was well-formed but no honest peer sends it.
     invalid: int = 0
     # Framed link (accord_cassandra/frames.py): connections closed for a frame length over
-    # the limit (its body unread), and connections refused for any reason.
+    # the limit (its body unread), for arriving with the listener's connections all taken,
+    # for no whole first frame within the auth timeout, and connections refused for any
+    # reason (those three included).
     oversize_frames: int = 0
+    frame_connections_over_limit: int = 0
+    frame_connections_timed_out: int = 0
     refused_connections: int = 0
 
 

@@ -23,6 +23,9 @@ Suites:
   could reach (bench/floor.py);
 * ``recovery``: the saga recovery engine, when ``bench/recovery_engine.py`` exists.
 
+The first SIGINT or SIGTERM stops a suite and what it started, in the background too
+(bench/interrupts.py).
+
 ``--quick`` is a small run that checks the suite works and writes well-formed output; its
 figures mean little. Each figure states which layer produced its network conditions.
 """
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.interrupts import Interrupted, stoppable
 from bench.report import machine, markdown, note, write_outputs
 
 # Suite name -> module whose ``run(*, quick, profile) -> dict`` measures it. Modules are
@@ -76,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     mode = " (quick)" if args.quick else ""
     note(f"suite {args.suite}{mode}; load average {details['load_average_1_5_15']}")
-    report = suite(args.suite)(quick=args.quick, profile=args.profile)
+    try:
+        with stoppable():
+            report = suite(args.suite)(quick=args.quick, profile=args.profile)
+    except Interrupted as interrupted:
+        note(f"stopped by {interrupted}: nothing written")
+        return 128 + interrupted.signum
     report.setdefault("suite", args.suite)
     report["quick"] = args.quick
     details["load_average_at_end"] = machine()["load_average_1_5_15"]

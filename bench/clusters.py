@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accord_cassandra.cluster import LocalSidecars, SidecarProcess
+from bench.interrupts import cleanup
 from bench.report import note
 from bench.wan import REGIONS, Link, ProxyProcess, RttMatrix
 
@@ -224,10 +225,11 @@ class BenchSidecars(LocalSidecars):
             raise
 
     def stop(self) -> None:
-        super().stop()
-        if self.proxies is not None:
-            self.link_stats = self.proxies.stop()
-            self.proxies = None
+        with cleanup():
+            super().stop()
+            if self.proxies is not None:
+                self.link_stats = self.proxies.stop()
+                self.proxies = None
 
     def __enter__(self) -> BenchSidecars:
         self.start()
@@ -294,7 +296,8 @@ def bench_cassandra(nodes: int = 3) -> Iterator[CassandraHandle]:
                 pids=_pids(cluster),
             )
         finally:
-            cluster.stop(clean=True)
+            with cleanup():
+                cluster.stop(clean=True)
 
 
 def _pids(cluster: Any) -> list[int]:
@@ -400,5 +403,6 @@ def wan_cassandra(matrix: RttMatrix, nodes: int = 3) -> Iterator[CassandraHandle
             handle.pids = _pids(cluster)
             yield handle
         finally:
-            cluster.stop(clean=True)
+            with cleanup():
+                cluster.stop(clean=True)
             handle.internode_link_stats = proxies.stop()

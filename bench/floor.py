@@ -48,6 +48,7 @@ from typing import Any
 from accord_cassandra.client import AsyncClient, TransactionError
 from accord_cassandra.ports import read_json
 from bench.clusters import DDL_TIMEOUT, BenchSidecars, CassandraHandle, bench_cassandra
+from bench.interrupts import cleanup
 from bench.lwt import LwtClient, schema
 from bench.lwt import preload as lwt_preload
 from bench.report import figure, machine, note
@@ -158,15 +159,16 @@ class NullSidecars:
         return self
 
     def __exit__(self, *_: object) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
+        with cleanup():
+            for process in self.processes:
+                if process.poll() is None:
+                    process.terminate()
+            for process in self.processes:
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=15)
 
 
 # ------------------------------------------------------------------------------------------
@@ -853,7 +855,8 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
                 for name in (keyspace, keyspace + NULL_KEYSPACE_SUFFIX):
                     session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=DDL_TIMEOUT)
         finally:
-            driver.shutdown()
+            with cleanup():
+                driver.shutdown()
     report["runs"] = rows
     report["cassandra_idle_ms_per_second"] = idles
     report.update(figures(rows, plan, report["cassandra"], idles))

@@ -751,11 +751,11 @@ _MESSAGE_TAGS: Final[dict[type[Any], int]] = {
     messages.PreAccept: 10, messages.Accept: 11, messages.AcceptInvalidate: 12,
     messages.Commit: 13, messages.Apply: 14, messages.CommitInvalidate: 15,
     messages.InformDurable: 16, messages.BeginRecovery: 17, messages.BeginInvalidation: 18,
-    messages.OutcomeDurable: 19,
+    messages.OutcomeDurable: 19, messages.CheckStatus: 20,
     messages.PreAcceptOk: 30, messages.Nack: 31, messages.AcceptOk: 32,
     messages.AcceptInvalidateOk: 33, messages.CommitOk: 34, messages.Insufficient: 35,
     messages.ReadOk: 36, messages.ReadRedundant: 37, messages.ApplyOk: 38,
-    messages.RecoverOk: 39, messages.InvalidateOk: 40,
+    messages.RecoverOk: 39, messages.InvalidateOk: 40, messages.CheckStatusOk: 41,
 }
 # fmt: on
 _MESSAGE_BY_TAG: Final[dict[int, _Schema]] = {
@@ -769,7 +769,7 @@ _RECORD_BY_TAG: Final = {
 }
 _ANY_BY_TAG: Final = {**_TOP_BY_TAG, **_RECORD_BY_TAG}
 _BY_CLASS: Final = {s.cls: s for s in _ANY_BY_TAG.values()}
-check_state(len(_BY_CLASS) == len(_ANY_BY_TAG) == 25, "codec tags or classes are not unique")
+check_state(len(_BY_CLASS) == len(_ANY_BY_TAG) == 27, "codec tags or classes are not unique")
 
 MESSAGE_TAGS: Final[Mapping[type[Any], int]] = dict(_MESSAGE_TAGS)
 """The wire tag of every message class (``Envelope`` is :data:`ENVELOPE_TAG`)."""

@@ -41,6 +41,8 @@ from accord.messages import (
     ApplyOk,
     BeginInvalidation,
     BeginRecovery,
+    CheckStatus,
+    CheckStatusOk,
     Commit,
     CommitInvalidate,
     CommitOk,
@@ -115,6 +117,7 @@ class Phase(enum.Enum):
     EXECUTE = 7
     PERSIST = 8
     DONE = 9
+    CHECK_STATUS = 10
 
 
 # Enum members looked up once: a class attribute costs more than the check using it, and
@@ -132,6 +135,7 @@ _PHASE_EXECUTE = Phase.EXECUTE
 _PHASE_PERSIST = Phase.PERSIST
 _PHASE_PREACCEPT = Phase.PREACCEPT
 _PHASE_RECOVER = Phase.RECOVER
+_PHASE_CHECK_STATUS = Phase.CHECK_STATUS
 _PROGRESS_SUCCESS = Progress.SUCCESS
 _STATUS_INVALIDATED = Status.INVALIDATED
 
@@ -218,6 +222,14 @@ class TransactionCoordinator:
         body = BeginRecovery(self.cid, self.txn_id, self.txn, self.route, self.ballot)
         self._broadcast(_PHASE_RECOVER, body, self.nodes)
 
+    def start_check_status(self) -> None:
+        """Ask the replicas what they know of the outcome, taking no ballot (a recovery's
+        would preempt a coordinator still driving the txn); recover only if a quorum of
+        every shard answered and none knew a final outcome, or none answered in time."""
+        assert self.txn is not None and self.route is not None
+        self.quorum = QuorumTracker(self.shards)
+        self._broadcast(_PHASE_CHECK_STATUS, CheckStatus(self.cid, self.txn_id), self.nodes)
+
     def start_persist(
         self,
         execute_at: Timestamp,
@@ -281,6 +293,9 @@ class TransactionCoordinator:
         if self.phase is _PHASE_PREACCEPT and self._preaccept_timed_out():
             return
         if pending.attempts >= self.host.max_attempts:
+            if self.phase is _PHASE_CHECK_STATUS:
+                self.start_recovery()  # asking got no quorum of answers: recover as before
+                return
             # Nothing is lost by giving up: replicas' progress logs recover the txn.
             if self.phase is _PHASE_PERSIST:
                 self.phase = _PHASE_DONE
@@ -656,6 +671,25 @@ class TransactionCoordinator:
         self.outcome = _OUTCOME_APPLIED
         self.host.finished(self, _OUTCOME_APPLIED)
 
+    # --- Status check
+
+    def _on_check_status_ok(self, src: int, reply: CheckStatusOk) -> None:
+        if self.phase is not _PHASE_CHECK_STATUS:
+            return
+        assert self.quorum is not None
+        self._answered(src)
+        if reply.status is _STATUS_INVALIDATED:
+            self._finish(_OUTCOME_INVALIDATED)
+        elif reply.result is not None:
+            # Final at that replica (applied, or pre-applied and chosen): it can never
+            # change, whoever decided it.
+            self.result = reply.result
+            self._finish(_OUTCOME_APPLIED)
+        elif self.quorum.success(src) is _PROGRESS_SUCCESS:
+            # None of a quorum of every shard knows a final outcome: maybe none is chosen
+            # yet, maybe it is but these replicas have not heard. Only a recovery can tell.
+            self.start_recovery()
+
     # --- Recovery
 
     def _on_recover_ok(self, src: int, reply: RecoverOk) -> None:
@@ -763,5 +797,6 @@ _REPLY_HANDLERS: dict[type, Callable[[TransactionCoordinator, int, Any], None]] 
     ApplyOk: TransactionCoordinator._on_apply_ok,
     RecoverOk: TransactionCoordinator._on_recover_ok,
     InvalidateOk: TransactionCoordinator._on_invalidate_ok,
+    CheckStatusOk: TransactionCoordinator._on_check_status_ok,
 }
 check_state(set(_REPLY_HANDLERS) == set(REPLY_TYPES), "every reply type needs exactly one handler")

@@ -232,6 +232,27 @@ class RecoverOk(msgspec.Struct, frozen=True, gc=False):
     result: TxnResult | None = None
 
 
+class CheckStatus(msgspec.Struct, frozen=True, gc=False):
+    """What does this replica know of the txn's outcome? Read-only: no ballot is promised and
+    nothing is recorded, so asking cannot disturb a coordinator of the txn (a recovery
+    would). A node that coordinated a txn it is no replica of asks this way first."""
+
+    has_side_effects: ClassVar[bool] = False
+    cid: int
+    txn_id: TxnId
+
+
+class CheckStatusOk(msgspec.Struct, frozen=True, gc=False):
+    """The replica's status of the txn (``NOT_DEFINED``: it knows nothing of it);
+    ``result`` only with a final outcome: applied, or pre-applied and ``chosen``."""
+
+    cid: int
+    txn_id: TxnId
+    status: Status
+    chosen: bool = False
+    result: TxnResult | None = None
+
+
 class BeginInvalidation(msgspec.Struct, frozen=True, gc=False):
     """Promise ``ballot`` without pre-accepting: used when the route is unknown."""
 
@@ -262,6 +283,7 @@ Request: TypeAlias = (
     | InformDurable
     | BeginRecovery
     | BeginInvalidation
+    | CheckStatus
 )
 Reply: TypeAlias = (
     PreAcceptOk
@@ -275,6 +297,7 @@ Reply: TypeAlias = (
     | ApplyOk
     | RecoverOk
     | InvalidateOk
+    | CheckStatusOk
 )
 Message: TypeAlias = Request | Reply
 
@@ -290,6 +313,7 @@ REPLY_TYPES = (
     ApplyOk,
     RecoverOk,
     InvalidateOk,
+    CheckStatusOk,
 )
 REQUEST_TYPES = (
     PreAccept,
@@ -302,6 +326,7 @@ REQUEST_TYPES = (
     InformDurable,
     BeginRecovery,
     BeginInvalidation,
+    CheckStatus,
 )
 
 
@@ -324,6 +349,8 @@ __all__ = [
     "ApplyOk",
     "BeginInvalidation",
     "BeginRecovery",
+    "CheckStatus",
+    "CheckStatusOk",
     "Commit",
     "CommitInvalidate",
     "CommitOk",

@@ -157,7 +157,8 @@ class Node:
         self._client_count = 0
         # Txns this node coordinated for waiting clients without being a replica of any of
         # their keys, whose attempt ended without an outcome: no Apply will reach this node,
-        # so it asks by recovering them itself (_ask_outcomes), with the next attempt's time.
+        # so it asks the replicas (_ask_outcomes), recovering only if none knows, with the
+        # next attempt's time.
         self._asking: dict[TxnId, _Asking] = {}
         # Submissions not yet coordinated (batching on): taken oldest first by ready().
         self._queued: deque[_Queued] = deque()
@@ -664,10 +665,12 @@ class Node:
         asking.at_micros = self.now() + delay
 
     def _ask_outcomes(self, now: int) -> None:
-        """Recover each txn in ``_asking`` whose client still waits, when its time came: the
-        recovery learns the outcome from the replicas (an applied one is re-proposed and
-        chosen again, an invalidation committed) and answers the client through
-        :meth:`finished` like any coordinator of the txn would."""
+        """Ask the replicas of each txn in ``_asking`` whose client still waits, when its time
+        came, for its outcome (CheckStatus: read-only, no ballot, so a coordinator still
+        driving the txn is not preempted). A final outcome one of them knows answers the
+        client through :meth:`finished`; if none of a quorum of every shard knows one, the
+        coordinator recovers the txn (an applied outcome is re-proposed and chosen again,
+        an invalidation committed), as any coordinator of it would."""
         for txn_id in list(self._asking):
             asking = self._asking[txn_id]
             if txn_id not in self._clients:
@@ -678,8 +681,8 @@ class Node:
                 coordinator = self._new_coordinator(
                     txn_id, asking.txn, asking.route, self.new_ballot()
                 )
-                self.stats.recoveries += 1
-                coordinator.start_recovery()
+                self.stats.status_checks += 1
+                coordinator.start_check_status()
 
     # ------------------------------------------------------------------ introspection
 

@@ -90,6 +90,8 @@ class NodeStats:
     fast_path: int = 0
     slow_path: int = 0
     recoveries: int = 0
+    # Outcomes asked for without a ballot (CheckStatus) by a coordinator that is no replica.
+    status_checks: int = 0
     invalidations: int = 0
     # Progress-log work postponed because max_progress_coordinators were already running.
     progress_deferred: int = 0

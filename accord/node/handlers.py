@@ -24,6 +24,8 @@ from accord.messages import (
     ApplyOk,
     BeginInvalidation,
     BeginRecovery,
+    CheckStatus,
+    CheckStatusOk,
     Commit,
     CommitInvalidate,
     CommitOk,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["REQUEST_HANDLERS"]
 
 _STATUS_APPLIED = Status.APPLIED
+_STATUS_PRE_APPLIED = Status.PRE_APPLIED
 
 
 def _on_preaccept(node: Node, src: int, body: PreAccept) -> Reply | None:
@@ -132,6 +135,21 @@ def _on_begin_invalidation(node: Node, src: int, body: BeginInvalidation) -> Rep
     return InvalidateOk(body.cid, body.txn_id, *inv)
 
 
+def _on_check_status(node: Node, src: int, body: CheckStatus) -> Reply | None:
+    """Read-only: what this replica knows, with the result only when it is final here (the
+    test the node answers its own clients by, ``Node._answer_waiting_clients``)."""
+    command = node.store.commands.get(body.txn_id)
+    if command is None:
+        return CheckStatusOk(body.cid, body.txn_id, Status.NOT_DEFINED)
+    status = command.status
+    final = (status is _STATUS_APPLIED or (status is _STATUS_PRE_APPLIED and command.chosen)) and (
+        command.result is not None
+    )
+    return CheckStatusOk(
+        body.cid, body.txn_id, status, command.chosen, command.result if final else None
+    )
+
+
 def _on_commit(node: Node, src: int, body: Commit) -> Reply | None:
     out = node.store.commit(
         body.txn_id,
@@ -168,6 +186,7 @@ REQUEST_HANDLERS: dict[type, Callable[[Node, int, Any], Reply | None]] = {
     InformDurable: _on_inform_durable,
     BeginRecovery: _on_begin_recovery,
     BeginInvalidation: _on_begin_invalidation,
+    CheckStatus: _on_check_status,
 }
 check_state(
     set(REQUEST_HANDLERS) == set(REQUEST_TYPES), "every request type needs exactly one handler"

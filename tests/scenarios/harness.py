@@ -42,6 +42,8 @@ class Net:
     journals: dict[int, list[JournalRecord]] = field(default_factory=dict)
     data: dict[int, dict[Key, tuple[Timestamp, Value]]] = field(default_factory=dict)
     inflight: list[Envelope] = field(default_factory=list)
+    # Every message any node sent, delivered or not, in order.
+    sent: list[Envelope] = field(default_factory=list)
     replies: list[ClientReply] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -85,6 +87,7 @@ class Net:
             self.journals[node_id].extend(ready.persist)
             node.advance(ready)
             self.inflight.extend(ready.messages)
+            self.sent.extend(ready.messages)
             self.replies.extend(ready.replies)
             # What the data work below sends belongs to the next batch.
             for read in ready.reads:

@@ -118,6 +118,21 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
         pytest.param(
             {"max_progress_coordinators": 0}, ["max_progress_coordinators"], id="progress"
         ),
+        pytest.param(
+            {"peer_frame_max_connections": 0},
+            ["peer_frame_max_connections", "greater than or equal to 1"],
+            id="frame-connections-none",
+        ),
+        pytest.param(
+            {"peer_frames_listen": "127.0.0.1:0", "peer_frame_max_connections": 1},
+            ["peer_frame_max_connections (1) must be at least 2: each other peer holds"],
+            id="frame-connections-below-peers",
+        ),
+        pytest.param(
+            {"peer_frame_auth_timeout_seconds": 0},
+            ["peer_frame_auth_timeout_seconds", "greater than 0"],
+            id="frame-auth-timeout",
+        ),
         pytest.param({"batch_max_parts": 0}, ["batch_max_parts"], id="batch-none"),
         pytest.param({"batch_max_parts": 257}, ["batch_max_parts", "256"], id="batch-many"),
         pytest.param({"batch_max_keys": 2000}, ["batch_max_keys", "1024"], id="batch-keys"),

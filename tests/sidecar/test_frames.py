@@ -5,18 +5,31 @@ sidecars on it are in tests/sidecar/test_peer_auth.py."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import pytest
+import uvloop
 
 from accord.messages import Envelope, InformDurable
 from accord.primitives import Timestamp
-from accord_cassandra.frames import LENGTH, MAGIC, FrameConnection, FrameListener
+from accord_cassandra.frames import (
+    AUTH_TIMEOUT_SECONDS,
+    LENGTH,
+    MAGIC,
+    MAX_CONNECTIONS,
+    FrameConnection,
+    FrameListener,
+    client_ssl_context,
+    server_ssl_context,
+)
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.transport import BACKOFF_SECONDS_MAX, PeerSender, PeerServicer
 from accord_cassandra.transport import TransportMetrics as Metrics
+from tests.certs import make_ca, make_cert
 
 KEY = PeerKey("test", b"k" * 32)
 
@@ -26,22 +39,43 @@ def _message(i: int) -> Envelope:
 
 
 def _listener(
-    delivered: list[Envelope], metrics: Metrics, max_frame_bytes: int = 1 << 20
+    delivered: list[Envelope],
+    metrics: Metrics,
+    max_frame_bytes: int = 1 << 20,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    auth_timeout_seconds: float = AUTH_TIMEOUT_SECONDS,
 ) -> FrameListener:
     authenticator = PeerAuthenticator(2, [1, 2], "hmac", keys=[KEY])
     servicer = PeerServicer(2, delivered.append, metrics, authenticator.check)
-    return FrameListener(servicer, metrics, max_frame_bytes=max_frame_bytes)
+    return FrameListener(
+        servicer,
+        metrics,
+        ssl_context=ssl_context,
+        max_frame_bytes=max_frame_bytes,
+        max_connections=max_connections,
+        auth_timeout_seconds=auth_timeout_seconds,
+    )
 
 
-def _sender(metrics: Metrics, stamper: BatchStamper, port: int, max_frame_bytes: int) -> PeerSender:
+def _sender(
+    metrics: Metrics,
+    stamper: BatchStamper,
+    port: int,
+    max_frame_bytes: int,
+    context: ssl.SSLContext | None = None,
+) -> PeerSender:
     # The gRPC channel is never used (the peer has a frame address); it connects lazily.
     channel = grpc.aio.insecure_channel("127.0.0.1:9")
-    return PeerSender(1, 2, channel, metrics, stamper, _connector(port), max_frame_bytes)
+    return PeerSender(1, 2, channel, metrics, stamper, _connector(port, context), max_frame_bytes)
 
 
-def _connector(port: int) -> Callable[[], Awaitable[FrameConnection]]:
+def _connector(
+    port: int, context: ssl.SSLContext | None = None
+) -> Callable[[], Awaitable[FrameConnection]]:
     async def connect() -> FrameConnection:
-        return await FrameConnection.open("127.0.0.1", port, None, 2.0)
+        return await FrameConnection.open("127.0.0.1", port, context, 2.0)
 
     return connect
 
@@ -184,3 +218,92 @@ def test_a_frame_larger_than_the_read_buffer_is_read_whole() -> None:
             await listener.close()
 
     asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A listener's TLS context and one its clients trust (no client certificates)."""
+    directory: Path = tmp_path_factory.mktemp("frame-tls")
+    ca = make_ca(directory, "frames-ca")
+    key, cert = make_cert(directory, ca, "frames")
+    authority = ca[1].read_bytes()
+    server = server_ssl_context(authority, str(cert), str(key), require_client_certificate=False)
+    return server, client_ssl_context(authority)
+
+
+async def _closed_with(reader: asyncio.StreamReader) -> bytes:
+    """What the listener said before it closed this connection (b"": nothing)."""
+    async with asyncio.timeout(30):  # a bound on a hang, not a measurement
+        return await reader.read()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls"])
+def test_connections_past_the_limit_are_refused_and_silent_ones_time_out(
+    loop: str, secure: bool, tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """Three connections at most: an honest sender's and two that never send a whole
+    frame. Two more are closed on arrival, unread (over TLS: before any handshake, so
+    without a word); the honest link keeps delivering; the two silent ones are closed once
+    the auth timeout passes (over TLS one is still in its handshake), the honest one not:
+    it opened first, so its timeout had passed too, but it authenticated."""
+    server_context, client_context = tls if secure else (None, None)
+
+    async def run() -> None:
+        delivered: list[Envelope] = []
+        metrics = Metrics()
+        listener = _listener(
+            delivered,
+            metrics,
+            ssl_context=server_context,
+            max_connections=3,
+            auth_timeout_seconds=2.0,
+        )
+        port = await listener.bind("127.0.0.1", 0)
+        sender = _sender(Metrics(), BatchStamper(KEY), port, 1 << 20, client_context)
+        streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        try:
+            sender.start()
+            sender.send(_message(1))
+            await _until(lambda: len(delivered) == 1, 10)
+            assert listener.open_connections == 1
+            # Silent: one says nothing at all (over TLS: not even its handshake), the other
+            # its opening and half a frame (over TLS: after its handshake).
+            streams.append(await asyncio.open_connection("127.0.0.1", port))
+            streams.append(
+                await asyncio.open_connection(
+                    "127.0.0.1",
+                    port,
+                    ssl=client_context,
+                    server_hostname="127.0.0.1" if secure else None,
+                )
+            )
+            streams[1][1].write(MAGIC + LENGTH.pack(100) + b"x" * 10)
+            await _until(lambda: listener.open_connections == 3, 10)
+            for _ in range(2):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                said = await _closed_with(reader)
+                writer.close()
+                assert said == (b"" if secure else b"refused: 3 connections are open, the limit\n")
+            assert metrics.frame_connections_over_limit == 2
+            assert listener.open_connections == 3
+            sender.send(_message(2))
+            await _until(lambda: len(delivered) == 2, 10)
+            silent = [await _closed_with(reader) for reader, _ in streams]
+            late = b"refused: no whole frame within 2 s of connecting\n"
+            assert silent == ([b"", late] if secure else [late, late])
+            assert metrics.frame_connections_timed_out == 2
+            await _until(lambda: listener.open_connections == 1, 10)
+            # Closed by the listener: the four above and nothing else.
+            assert metrics.refused_connections == 4
+            sender.send(_message(3))
+            await _until(lambda: len(delivered) == 3, 10)
+        finally:
+            for _, writer in streams:
+                writer.close()
+            await sender.close()
+            await listener.close()
+
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(run())

@@ -17,7 +17,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +325,118 @@ def test_a_replayed_batch_is_refused(secured: LocalSidecars) -> None:
     assert deliver_frame(frames_address(secured, 1), fresh) == "OK"
     assert deliver_frame(frames_address(secured, 1), fresh) == "UNAUTHENTICATED"
     assert balance_everywhere(secured, "replayed") == [5, 5, 5]
+
+
+# Small enough to fill from a test, above the two connections node 1's peers hold.
+FRAME_CONNECTIONS = 6
+FRAME_AUTH_TIMEOUT_SECONDS = 2
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSidecars]:
+    cluster = LocalSidecars(
+        tmp_path_factory.mktemp("frame-limits"),
+        tables=EMBEDDED_TABLES,
+        client_token=TOKEN,
+        extra={
+            "drain_seconds": 2,
+            "peer_frame_max_connections": FRAME_CONNECTIONS,
+            "peer_frame_auth_timeout_seconds": FRAME_AUTH_TIMEOUT_SECONDS,
+        },
+    )
+    try:
+        cluster.start(timeout=60)
+        yield cluster
+    finally:
+        _stop(cluster)
+
+
+def frame_connections(cluster: LocalSidecars, node_id: int) -> dict[str, float]:
+    """Node ``node_id``'s framed-link connection figures: open now, and closed by it."""
+    figures = metrics_of(cluster.sidecars[node_id].metrics_address)
+    name = "accord_peer_frame_connections"
+    return {
+        "open": figures[name],
+        "over_limit": figures[f"{name}_over_limit_total"],
+        "timed_out": figures[f"{name}_timed_out_total"],
+        "refused": figures[f"{name}_refused_total"],
+    }
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 30) -> None:
+    """Wait for ``condition`` (a bound on a hang: nothing here is a measurement)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s")
+        time.sleep(0.05)
+
+
+def open_frame_connection(cluster: LocalSidecars, node_id: int) -> socket.socket:
+    host, _, port = frames_address(cluster, node_id).rpartition(":")
+    connection = socket.create_connection((host, int(port)), timeout=10)
+    connection.settimeout(30)  # reads below end with the listener's close, or fail here
+    return connection
+
+
+def said_before_closing(connection: socket.socket) -> bytes:
+    with connection, connection.makefile("rb") as reader:
+        return reader.read()
+
+
+def test_frame_connections_past_the_limit_are_refused_while_peers_keep_working(
+    limited: LocalSidecars,
+) -> None:
+    """Node 1's listener holds its two peers' connections, then as many authenticated ones
+    as fit under peer_frame_max_connections: three more are closed on arrival, unread, and
+    counted; transactions through every sidecar still commit on the peers' connections."""
+    assert write_balance(limited, "limit-before", 1) is not None
+    eventually(lambda: frame_connections(limited, 1)["open"] == 2)  # from nodes 2 and 3
+    stamper = BatchStamper(PeerKey("local", limited.peer_secret.encode()))
+    fillers = []
+    try:
+        for _ in range(FRAME_CONNECTIONS - 2):
+            request = batch(2, [])
+            stamper.stamp(request, 1)
+            filler = open_frame_connection(limited, 1)
+            fillers.append(filler)
+            filler.sendall(MAGIC + LENGTH.pack(request.ByteSize()) + request.SerializeToString())
+        eventually(lambda: frame_connections(limited, 1)["open"] == FRAME_CONNECTIONS)
+        before = frame_connections(limited, 1)
+        refusal = f"refused: {FRAME_CONNECTIONS} connections are open, the limit\n".encode()
+        for _ in range(3):
+            assert said_before_closing(open_frame_connection(limited, 1)) == refusal
+        after = frame_connections(limited, 1)
+        assert after["over_limit"] == before["over_limit"] + 3
+        assert after["refused"] == before["refused"] + 3
+        assert after["open"] == FRAME_CONNECTIONS
+        assert write_balance(limited, "limit-during", 2) is not None
+        assert balance_everywhere(limited, "limit-during") == [2, 2, 2]
+    finally:
+        for filler in fillers:
+            filler.close()
+    eventually(lambda: frame_connections(limited, 1)["open"] == 2)
+
+
+def test_a_silent_frame_connection_is_closed_after_the_auth_timeout(
+    limited: LocalSidecars,
+) -> None:
+    """One connection that says nothing, one that says the opening and no frame: each is
+    closed, with why, once peer_frame_auth_timeout_seconds pass; the peers' connections,
+    older but authenticated, stay."""
+    assert write_balance(limited, "timeout-before", 1) is not None
+    eventually(lambda: frame_connections(limited, 1)["open"] == 2)
+    before = frame_connections(limited, 1)
+    silent = open_frame_connection(limited, 1)
+    opened = open_frame_connection(limited, 1)
+    opened.sendall(MAGIC)
+    late = f"refused: no whole frame within {FRAME_AUTH_TIMEOUT_SECONDS} s of connecting\n"
+    assert [said_before_closing(silent), said_before_closing(opened)] == [late.encode()] * 2
+    after = frame_connections(limited, 1)
+    assert after["timed_out"] == before["timed_out"] + 2
+    assert after["refused"] == before["refused"] + 2  # nothing else was closed
+    assert after["open"] == 2
+    assert write_balance(limited, "timeout-after", 3) is not None
 
 
 def test_the_previous_key_is_accepted_during_rotation(tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ from accord.messages import (
     ApplyOk,
     BeginInvalidation,
     BeginRecovery,
+    CheckStatus,
+    CheckStatusOk,
     Commit,
     CommitInvalidate,
     CommitOk,
@@ -445,6 +447,10 @@ def _message_strategies() -> dict[type[Any], SearchStrategy[Any]]:
             BeginRecovery, **common, txn=any_txns(), route=routes(), ballot=ts
         ),
         BeginInvalidation: st.builds(BeginInvalidation, **common, ballot=ts),
+        CheckStatus: st.builds(CheckStatus, **common),
+        CheckStatusOk: st.builds(
+            CheckStatusOk, **common, status=statuses, chosen=st.booleans(), result=opt_result
+        ),
         PreAcceptOk: st.builds(
             PreAcceptOk, **common, witnessed_at=ts, deps=deps(), rejected=st.booleans()
         ),

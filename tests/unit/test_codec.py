@@ -119,6 +119,7 @@ def test_tags_are_frozen_because_journals_outlive_releases() -> None:
         "BeginRecovery": 17,
         "BeginInvalidation": 18,
         "OutcomeDurable": 19,
+        "CheckStatus": 20,
         "PreAcceptOk": 30,
         "Nack": 31,
         "AcceptOk": 32,
@@ -130,6 +131,7 @@ def test_tags_are_frozen_because_journals_outlive_releases() -> None:
         "ApplyOk": 38,
         "RecoverOk": 39,
         "InvalidateOk": 40,
+        "CheckStatusOk": 41,
     }
     assert {cls.__name__: tag for cls, tag in RECORD_TAGS.items()} == {
         "CommandSnapshot": 100,
