@@ -28,7 +28,6 @@ def _sidecar(args: argparse.Namespace) -> int:
     import os
 
     from accord_cassandra.config import unknown_environment
-    from accord_cassandra.server import StartupError, serve
 
     for name in unknown_environment(os.environ):
         _err(f"warning: {name} sets no config field; ignored")
@@ -37,6 +36,10 @@ def _sidecar(args: argparse.Namespace) -> int:
     except ConfigError as error:
         _err(str(error))
         return 2
+    # Only a config that loaded needs the server: a bad one is refused without its imports
+    # (measured: 0.08 of 0.49 s of import CPU).
+    from accord_cassandra.server import StartupError, serve
+
     _log_setup(args.log_level)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:

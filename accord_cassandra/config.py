@@ -54,6 +54,7 @@ from accord_cassandra.host import (
     WAITING_PER_SLOT,
 )
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
+from accord_cassandra.ports import BIND_RETRY_SECONDS
 from accord_cassandra.schema import Catalog, SchemaError
 
 ENV_PREFIX = "ACCORD_SIDECAR_"
@@ -310,6 +311,9 @@ class SidecarConfig(BaseSettings):
     # and uses it instead of the addresses in ``peers``.
     peers_file: Path | None = None
     peers_wait_seconds: float = Field(default=60.0, gt=0)
+    # A fixed port found in use at start is retried this long before the sidecar gives up
+    # (accord_cassandra/ports.py: a restart may find its old port briefly held).
+    bind_retry_seconds: float = Field(default=BIND_RETRY_SECONDS, ge=0, le=3600)
     timing: TimingSettings = Field(default_factory=TimingSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     # Recoveries and outcome re-sends the progress log runs at once on this node.

@@ -13,7 +13,7 @@ import logging
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from accord_cassandra.ports import bind_retrying, split_address
+from accord_cassandra.ports import BIND_RETRY_SECONDS, bind_retrying, split_address
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +26,15 @@ class MetricsServer:
     which once started), on the running event loop. The recovery engine serves its metrics
     with it too."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        listen: str,
+        registry: CollectorRegistry,
+        *,
+        bind_retry_seconds: float = BIND_RETRY_SECONDS,
+    ) -> None:
         self.listen = listen
+        self.bind_retry_seconds = bind_retry_seconds
         self.address = split_address(listen)
         self.registry = registry
         self.server: asyncio.Server | None = None
@@ -37,7 +44,7 @@ class MetricsServer:
         async def bind() -> asyncio.Server:
             return await asyncio.start_server(self._handle, *self.address)
 
-        self.server = await bind_retrying(bind, self.listen)
+        self.server = await bind_retrying(bind, self.listen, retry_seconds=self.bind_retry_seconds)
         host, port = self.server.sockets[0].getsockname()[:2]
         self.bound = f"{host}:{port}"
 

@@ -450,7 +450,8 @@ async def _bind(server: grpc.aio.Server, config: SidecarConfig) -> str:
         return port
 
     host, _ = split_address(config.listen)
-    return f"{host}:{await bind_retrying(bind, config.listen)}"
+    retry = config.bind_retry_seconds
+    return f"{host}:{await bind_retrying(bind, config.listen, retry_seconds=retry)}"
 
 
 async def _bind_peer(server: grpc.aio.Server, config: SidecarConfig, listen: str) -> str:
@@ -467,7 +468,8 @@ async def _bind_peer(server: grpc.aio.Server, config: SidecarConfig, listen: str
         return port
 
     host, _ = split_address(listen)
-    return f"{host}:{await bind_retrying(bind, listen)}"
+    retry = config.bind_retry_seconds
+    return f"{host}:{await bind_retrying(bind, listen, retry_seconds=retry)}"
 
 
 def _frame_contexts(
@@ -514,14 +516,14 @@ def _frame_connector(
     return connector
 
 
-async def _bind_frames(listener: FrameListener, listen: str) -> str:
+async def _bind_frames(listener: FrameListener, listen: str, retry_seconds: float) -> str:
     """Bind the frame listener (port 0: any free one); returns the address bound."""
     host, port = split_address(listen)
 
     async def bind() -> int:
         return await listener.bind(host.strip("[]"), port, serve=False)
 
-    return f"{host}:{await bind_retrying(bind, listen)}"
+    return f"{host}:{await bind_retrying(bind, listen, retry_seconds=retry_seconds)}"
 
 
 async def _peer_addresses(config: SidecarConfig) -> tuple[dict[int, str], dict[int, str]]:
@@ -760,13 +762,19 @@ class Sidecar:
                 auth_timeout_seconds=config.peer_frame_auth_timeout_seconds,
             )
             try:
-                self.peer_frames_listen = await _bind_frames(self.frames, config.peer_frames_listen)
+                self.peer_frames_listen = await _bind_frames(
+                    self.frames, config.peer_frames_listen, config.bind_retry_seconds
+                )
             except (OSError, RuntimeError) as error:
                 raise StartupError(
                     f"peer_frames_listen: cannot bind {config.peer_frames_listen}: {_why(error)}"
                 ) from None
         if config.metrics_listen is not None:
-            self.metrics = MetricsServer(config.metrics_listen, registry_of(self))
+            self.metrics = MetricsServer(
+                config.metrics_listen,
+                registry_of(self),
+                bind_retry_seconds=config.bind_retry_seconds,
+            )
             try:
                 await self.metrics.start()
             except OSError as error:

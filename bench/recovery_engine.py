@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.clusters import DDL_TIMEOUT
+from bench.clusters import DDL_TIMEOUT, existing_cluster_disposable
 from stacksaga_store.clock import ManualClock
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import StackSagaSettings, load_settings
@@ -429,7 +429,9 @@ def _bucket(writer: Any, window: Any) -> Any:
 # -- driver -------------------------------------------------------------------------------------
 
 
-async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) -> dict[str, Any]:
+async def _run_on(
+    contact_point: tuple[str, int], quick: bool, profile: bool, *, drop: bool = True
+) -> dict[str, Any]:
     from accord_cassandra.cluster import LocalSidecars
 
     keyspace = f"recovery_bench_{uuid.uuid4().hex[:8]}"
@@ -457,10 +459,9 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
                 report.update(
                     await _measure(contact_point, keyspace, sidecars, quick, profile, work)
                 )
-        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=DDL_TIMEOUT)
-        session.execute(
-            f"DROP KEYSPACE IF EXISTS {default_accord_keyspace(keyspace)}", timeout=DDL_TIMEOUT
-        )
+        if drop:
+            for name in (keyspace, default_accord_keyspace(keyspace)):
+                session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=DDL_TIMEOUT)
     finally:
         cluster.shutdown()
     return report
@@ -653,7 +654,8 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     if existing:
         host, _, port = existing.partition(":")
         report["cassandra"] = f"existing node {existing}"
-        report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile)))
+        drop = not existing_cluster_disposable()
+        report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile, drop=drop)))
         report["figures"] = figures(report)
         return report
     from accord_cassandra.launcher import ClusterSpec, LocalCluster

@@ -36,6 +36,7 @@ from typing import Any
 
 from cassandra import DriverException, OperationTimedOut
 
+from bench.clusters import existing_cluster_disposable
 from stacksaga_store.config.driver import DriverConfig
 from stacksaga_store.config.settings import load_settings
 from stacksaga_store.saga.definition import Saga, Step, StepContext
@@ -146,7 +147,9 @@ def _per(runtime: StoreRuntime, count: int) -> dict[str, float]:
     return per
 
 
-async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) -> dict[str, Any]:
+async def _run_on(
+    contact_point: tuple[str, int], quick: bool, profile: bool, *, drop: bool = True
+) -> dict[str, Any]:
     keyspace = f"stacksaga_bench_{uuid.uuid4().hex[:8]}"
     settings = _settings("bench-service")
     config = DriverConfig(
@@ -172,7 +175,8 @@ async def _run_on(contact_point: tuple[str, int], quick: bool, profile: bool) ->
             await runtime.close()
         try:
             # Clean-up only: a slow schema change on a loaded machine must not fail the run.
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+            if drop:
+                session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         except (OperationTimedOut, DriverException) as error:
             report["cleanup_error"] = f"keyspace {keyspace} not dropped: {error}"
     finally:
@@ -193,7 +197,8 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
     if existing:
         host, _, port = existing.partition(":")
         report["cassandra"] = f"existing node {existing}"
-        report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile)))
+        drop = not existing_cluster_disposable()
+        report.update(asyncio.run(_run_on((host, int(port or 9042)), quick, profile, drop=drop)))
         return report
     from accord_cassandra.launcher import ClusterSpec, LocalCluster
 

@@ -6,7 +6,9 @@ assertions: quick figures mean little, and this machine is shared).
 Each suite runs as ``python -m bench <suite> --quick --results <tmp>``, as a user would run
 it. To keep the wall time small the suites run concurrently: those without Cassandra start
 at once, and the Cassandra-backed ones start as soon as the session's shared 3-node cluster
-(``cassandra_cluster`` of tests/conftest.py) is up, reusing it instead of launching their own.
+(``cassandra_cluster`` of tests/conftest.py) is up, reusing it instead of launching their own;
+when the fixtures launched it (and so delete it) they leave their keyspaces in it rather than
+drop them (``BENCH_CASSANDRA_DISPOSABLE``).
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def quick_runs(
                     f"{ip}:{port}" for ip in cluster.contact_points
                 ),
                 "STACKSAGA_BENCH_CONTACT_POINT": f"{cluster.contact_points[0]}:{port}",
+                # The fixtures delete a cluster they launched, keyspaces and all.
+                "BENCH_CASSANDRA_DISPOSABLE": "1" if getattr(cluster, "disposable", False) else "0",
             }
             for suite in cassandra_wanted:
                 runs[suite] = _start(suite, base, env)

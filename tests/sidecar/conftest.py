@@ -4,7 +4,12 @@
   starting processes costs seconds on a 2-core machine).
 * ``cassandra_sidecars``: three sidecars with ``store: cassandra`` beside the shared 3-node
   Cassandra of tests/conftest.py, serving a keyspace created for this run (RF 3) and dropped
-  afterwards. Tests that kill sidecars leave them running again (``all_serving``).
+  afterwards. One set for the whole session: creating the keyspace's 16 tables (each waiting
+  for schema agreement) and starting three sidecars took 19-22 s in each of the four modules
+  that used them. Tests therefore keep to their own rows, receipt ids and log lines (see
+  ``sidecar_log``), and each test gets the set with every sidecar serving (``all_serving``
+  restarts any a test killed and did not restart). The set stops after the last test that
+  uses it, not at the session's end.
 """
 
 from __future__ import annotations
@@ -186,16 +191,47 @@ def bank_sidecars_on_cassandra(
                 session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
 
 
-@pytest.fixture(scope="module")
-def cassandra_sidecars(
+@dataclass
+class SharedSidecars:
+    """The session's set and what stops it (early, after its last test; see below)."""
+
+    sidecars: CassandraSidecars
+    stack: contextlib.ExitStack
+    closed: bool = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.stack.close()
+
+
+@pytest.fixture(scope="session")
+def shared_cassandra_sidecars(
     cassandra_cluster: CassandraHandle, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CassandraSidecars]:
+) -> Iterator[SharedSidecars]:
     directory = tmp_path_factory.mktemp("cassandra-sidecars")
-    with bank_sidecars_on_cassandra(cassandra_cluster, directory, "sidecar", LocalSidecars) as (
-        _,
-        sidecars,
-    ):
-        yield sidecars
+    with contextlib.ExitStack() as stack:
+        _, sidecars = stack.enter_context(
+            bank_sidecars_on_cassandra(cassandra_cluster, directory, "sidecar", LocalSidecars)
+        )
+        yield SharedSidecars(sidecars, stack)
+
+
+@pytest.fixture
+def cassandra_sidecars(
+    request: pytest.FixtureRequest, shared_cassandra_sidecars: SharedSidecars
+) -> Iterator[CassandraSidecars]:
+    """The session's Cassandra-backed sidecars, all three serving when the test starts;
+    stopped after the session's last test that uses them."""
+    shared = shared_cassandra_sidecars
+    assert not shared.closed, "the shared sidecars were stopped after their last test"
+    shared.sidecars.all_serving()
+    yield shared.sidecars
+    items = request.session.items
+    later = items[items.index(request.node) + 1 :]
+    if not any("cassandra_sidecars" in getattr(item, "fixturenames", ()) for item in later):
+        # Idle, the three cost about 2% of a core (measured: 0.0067 CPU s/s each), which
+        # the rest of the session would pay; the session's own close then does nothing.
+        shared.close()
 
 
 def log_tails(cluster: LocalSidecars, lines: int = 40) -> str:
@@ -205,5 +241,14 @@ def log_tails(cluster: LocalSidecars, lines: int = 40) -> str:
     )
 
 
-def sidecar_log(cluster: LocalSidecars, node_id: int) -> str:
-    return Path(cluster.sidecars[node_id].log_path).read_text(errors="replace")
+def log_size(cluster: LocalSidecars, node_id: int) -> int:
+    """Bytes in a sidecar's log so far: an offset for ``sidecar_log(..., since=)``."""
+    return Path(cluster.sidecars[node_id].log_path).stat().st_size
+
+
+def sidecar_log(cluster: LocalSidecars, node_id: int, since: int = 0) -> str:
+    """A sidecar's log from byte ``since`` on. Every start of that sidecar appends to one
+    file, so a test on the shared set reads only what its own restarts wrote."""
+    with Path(cluster.sidecars[node_id].log_path).open("rb") as log:
+        log.seek(since)
+        return log.read().decode(errors="replace")

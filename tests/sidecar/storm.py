@@ -4,9 +4,11 @@
     python -m tests.sidecar.storm burst [--concurrency 300]
 
 ``kills``: bank transfers from N clients while sidecars are SIGKILLed and restarted one
-after another; ok transfers per window, and per second the sidecars' recoveries, active
-coordinations, peer queue depth, dropped peer messages and journal size. After the load,
-how long until every sidecar serves a two-row read again and until recoveries stop rising.
+after another (the load before the first kill and after each restart a fixed time, or,
+with ``progress``, until the cluster has answered that many more transfers); ok transfers
+per window, and per second the sidecars' recoveries, active coordinations, peer queue
+depth, dropped peer messages and journal size. After the load, how long until every
+sidecar serves a two-row read again and until recoveries stop rising.
 
 ``burst``: N transfers at once among 3 accounts; how each was answered, the sidecars' peak
 RSS, and how long until a normal transfer succeeds again.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import tempfile
@@ -124,6 +127,8 @@ class KillReport:
     statuses: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    # Phases (with ``progress``) in which the cluster answered too few within the guard.
+    stalls: list[str] = field(default_factory=list)
     started: float = 0.0
 
     def ok_rate(self, start: float, end: float) -> float:
@@ -150,12 +155,37 @@ class KillReport:
             "statuses": dict(self.statuses),
             "errors": dict(self.errors),
             "problems": self.problems,
+            "stalls": self.stalls,
             "peaks": peak,
             "final": {
                 n: {k: row.get(k) for k in (*WATCHED, "peer_queue_depth", "journal_bytes")}
                 for n, row in last.items()
             },
         }
+
+
+async def _phase(
+    report: KillReport,
+    bank: Bank,
+    what: str,
+    *,
+    seconds: float,
+    progress: int | None,
+    guard: float,
+) -> None:
+    """Load between faults: ``seconds`` of it, or, with ``progress``, until that many more
+    transfers were answered (ok or declined); a phase that reaches ``guard`` seconds first
+    is a stall."""
+    if progress is None:
+        await asyncio.sleep(seconds)
+        return
+    since = len(bank.commits)
+    deadline = time.monotonic() + guard
+    while len(bank.commits) - since < progress and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    answered = len(bank.commits) - since
+    if answered < progress:
+        report.stalls.append(f"{what}: {answered} of {progress} answered in {guard:.0f} s")
 
 
 async def kill_storm(
@@ -169,6 +199,7 @@ async def kill_storm(
     before: float = 10.0,
     down: float = 5.0,
     after: float = 15.0,
+    progress: int | None = None,
     window: float = 2.5,
     serve_deadline: float = 120.0,
     quiet_for: float = 10.0,
@@ -177,6 +208,10 @@ async def kill_storm(
     seed: int = 1,
 ) -> KillReport:
     """Load, then for each node in ``kills``: SIGKILL, ``down`` s, restart, ``after`` s.
+
+    With ``progress`` the load before the first kill and after each restarted node served
+    a read again is counted in answered transfers instead of seconds (``serve_deadline``
+    bounds each); the ``down`` seconds stay, being the fault rather than a wait.
 
     Then stop the load and wait (bounded) until every sidecar serves a read and no
     sidecar's recovery counter rose for ``quiet_for`` s. The bank's receipts judge the run.
@@ -195,25 +230,25 @@ async def kill_storm(
     )
     stop_sampling = asyncio.Event()
     sampler = asyncio.create_task(_sampler(cluster, report.samples, stop_sampling))
+    phase = functools.partial(_phase, report, bank, progress=progress, guard=serve_deadline)
     try:
         await bank.setup()
         load_done = False
         report.started = started = time.monotonic()
         load = asyncio.create_task(bank.run(clients, lambda: load_done))
-        await asyncio.sleep(before)
+        await phase("before the first kill", seconds=before)
         for node_id in kills:
+            address = cluster.sidecars[node_id].address
             report.events.append((time.monotonic() - started, f"kill {node_id}"))
             await asyncio.to_thread(cluster.sidecars[node_id].kill)
             await asyncio.sleep(down)
             restarted = time.monotonic()
             report.events.append((restarted - started, f"restart {node_id}"))
             cluster.sidecars[node_id].start()
-            address = cluster.sidecars[node_id].address
             served = await serves(address, keyspace, names, token, restarted + serve_deadline)
             report.rejoin_seconds[node_id] = None if served is None else served - restarted
             remaining = after - (time.monotonic() - restarted)
-            if remaining > 0:
-                await asyncio.sleep(remaining)
+            await phase(f"after node {node_id} served", seconds=max(0.0, remaining))
         load_done = True
         await load
         report.load_stopped_at = stopped = time.monotonic()
