@@ -745,6 +745,12 @@ class CommandStore:
         command.take_over = True
         self._maybe_execute(command)
 
+    def write_when_chosen(self, txn_id: TxnId) -> None:
+        """This replica recovers ``txn_id``: it writes the outcome itself once it is chosen
+        and executable here, as a takeover does (idempotent), instead of waiting out the
+        other-shard delay for a writer that went silent already once (why it recovers)."""
+        self.commands[txn_id].take_over = True
+
     def write_done(self, txn_id: TxnId) -> None:
         command = self.commands[txn_id]
         if command.status is not _PRE_APPLIED:  # the name only when it fails

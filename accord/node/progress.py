@@ -90,6 +90,11 @@ def scan_progress(node: Node, now: int) -> None:
         node._progress_cids.add(coordinator.cid)
         if recover:
             node.stats.recoveries += 1
+            if node.store.shared_storage:
+                # The writer is most likely the silent coordinator itself (a replica
+                # coordinator writes its own txns): waiting for it cost a second delay,
+                # and every txn on the same keys waited behind it.
+                node.store.write_when_chosen(command.txn_id)
             coordinator.start_recovery()
         else:
             coordinator.start_invalidation(

@@ -27,6 +27,8 @@ class Net:
     topology: Topology | None = None
     # The progress log stays quiet unless a test wants it (recovery then starts by itself).
     recover_delay_micros: int = 10**12
+    # Other shards' replicas (and a takeover of a silent writer) wait this; None: the same.
+    recover_delay_other_micros: int | None = None
     recover_delay_adaptive: bool = NodeConfig().recover_delay_adaptive
     max_progress_coordinators: int = NodeConfig().max_progress_coordinators
     shared_storage: bool = False
@@ -57,7 +59,11 @@ class Net:
     def start(self, node_id: int) -> None:
         config = NodeConfig(
             recover_delay_micros=self.recover_delay_micros,
-            recover_delay_other_micros=self.recover_delay_micros,
+            recover_delay_other_micros=(
+                self.recover_delay_micros
+                if self.recover_delay_other_micros is None
+                else self.recover_delay_other_micros
+            ),
             recover_delay_adaptive=self.recover_delay_adaptive,
             max_progress_coordinators=self.max_progress_coordinators,
             shared_storage=self.shared_storage,

@@ -171,6 +171,40 @@ def test_a_silent_writer_is_taken_over() -> None:
         assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
 
 
+def test_the_replica_that_recovers_a_dead_writers_txn_writes_it_without_a_takeover_delay() -> None:
+    # Node 1, coordinator and so writer, dies once its PreAccepts reached the others. A
+    # replica's progress log recovers the txn after the recover delay (1 s) and the outcome
+    # is chosen, but the writer is still node 1: before, the others applied it only after
+    # the takeover delay (here 100 s; in the sidecars 3-10 s, and every later txn on the
+    # key waited behind it: 12-26 s without an answer after one SIGKILL). The recovering
+    # replica now writes it itself, idempotent like any takeover.
+    net = shared_net(
+        shared_storage=True,
+        recover_delay_micros=1_000_000,
+        recover_delay_other_micros=100_000_000,
+        recover_delay_adaptive=False,
+    )
+    txn_id = net.nodes[1].submit(1, add(5))
+    net.flush(1)
+    net.deliver(of_type(PreAccept))
+    dead = net.nodes.pop(1)
+    for _ in range(5):
+        net.drop(lambda e: e.src == 1 or e.dest == 1)
+        net.tick(1_000_000)
+        net.drop(lambda e: e.dest == 1)
+        for _ in range(100):
+            net.drop(lambda e: e.dest == 1)
+            if not net.deliver(lambda e: e.dest != 1):
+                break
+    assert dead.store.commands[txn_id].status is not Status.APPLIED
+    cell = net.data[2].get(A)
+    assert cell is not None and cell[1] == (5,), "the chosen outcome was not written within 5 s"
+    for node_id in (2, 3):
+        assert net.nodes[node_id].store.commands[txn_id].status is Status.APPLIED
+    # Each replica that recovered it wrote once (here both started a recovery).
+    assert set(net.writes_done) <= {2, 3} and set(net.writes_done.values()) == {1}
+
+
 def test_recovery_re_proposes_a_journaled_outcome_and_fences_the_old_one() -> None:
     # Node 1 journaled the outcome; its Applies to 2 and 3 are late. A recovery that hears
     # from node 1 adopts that outcome under its own ballot (no second execution), and the
