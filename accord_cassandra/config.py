@@ -60,6 +60,9 @@ from accord_cassandra.schema import Catalog, SchemaError
 ENV_PREFIX = "ACCORD_SIDECAR_"
 # bench throughput, conditional set on 2,000 keys (docs/sidecars.md, "Group commit").
 DEFAULT_BATCH_MAX_PARTS = 32
+# The most keys batch_max_keys may be set to, and so what a sidecar accepts in one peer
+# transaction whatever its own batch_max_keys (peers' settings may differ).
+BATCH_MAX_KEYS_LIMIT = 1024
 # Where a journal can never be kept, whatever the permissions say.
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
@@ -322,7 +325,7 @@ class SidecarConfig(BaseSettings):
     # coordinated as one Accord transaction of at most this many (disjoint) parts and
     # batch_max_keys keys (NodeConfig.batch_max_parts; 1: each alone). docs/sidecars.md.
     batch_max_parts: int = Field(default=DEFAULT_BATCH_MAX_PARTS, ge=1, le=MAX_BATCH_PARTS)
-    batch_max_keys: int = Field(default=256, ge=1, le=1024)
+    batch_max_keys: int = Field(default=256, ge=1, le=BATCH_MAX_KEYS_LIMIT)
     drain_seconds: float = Field(default=5.0, ge=0)
     # How far ahead of this node's clock a peer's timestamps may be; beyond it a message is
     # refused, since the HLC would follow it for good.

@@ -33,7 +33,7 @@ from accord.messages import Envelope
 from accord.messages.validate import InvalidMessage, MessageLimits
 from accord.testing import Bugs
 from accord_cassandra.client import NEVER_CONNECTED
-from accord_cassandra.config import ConfigError, SidecarConfig
+from accord_cassandra.config import BATCH_MAX_KEYS_LIMIT, ConfigError, SidecarConfig
 from accord_cassandra.datastore import (
     MAX_NODE_ID,
     AsyncDataStore,
@@ -694,11 +694,15 @@ def peer_data_check(
 
 
 def message_limits(config: SidecarConfig) -> MessageLimits:
-    # Clients can name at most MAX_LETS + MAX_MUTATIONS keys; a peer's txn never more.
+    # Clients can name at most MAX_LETS + MAX_MUTATIONS keys, but group commit merges them
+    # into batches of up to batch_max_keys, which another sidecar may set higher than this
+    # one. A bound of MAX_LETS + MAX_MUTATIONS refused every larger batch's PreAccept and
+    # BeginRecovery, so such a batch could neither commit nor be recovered: 48 disjoint
+    # 16-key transactions stalled 10-20 s, and retried copies joined new oversized batches.
     return MessageLimits(
         max_future_skew_micros=int(config.max_clock_skew_seconds * 1_000_000),
         max_node_id=MAX_NODE_ID,
-        max_keys=MAX_LETS + MAX_MUTATIONS,
+        max_keys=max(MAX_LETS + MAX_MUTATIONS, BATCH_MAX_KEYS_LIMIT),
     )
 
 

@@ -307,3 +307,43 @@ def test_local_quorum_loads_with_every_replica_writing(tmp_path: Path) -> None:
     from accord_cassandra.server import static_topology
 
     assert {s.electorate for s in static_topology(config).shards} == {frozenset({1, 2})}
+
+
+@pytest.mark.parametrize("batch_max_keys", [None, 129, 1024])
+def test_peers_accept_the_largest_batch_a_coordinator_forms(
+    tmp_path: Path, batch_max_keys: int | None
+) -> None:
+    # Group commit merges disjoint client transactions into one Accord transaction of up to
+    # batch_max_keys keys, more than one client transaction may name. A peer limit below it
+    # refused every such PreAccept and BeginRecovery: 48 concurrent 16-key transactions
+    # formed batches of 144-256 keys that no replica accepted, so each one stalled until
+    # its client deadline and could not be recovered either (BeginRecovery carries it too).
+    from accord.messages import Envelope, PreAccept
+    from accord.messages.validate import validate
+    from accord.primitives import Const, Key, Put, Route, Timestamp, Txn, Update
+    from accord_cassandra.server import message_limits, node_config, static_topology
+
+    config = load(write(tmp_path, batch_max_keys=batch_max_keys))
+    keys_max = node_config(config).batch_max_keys
+    # 16-key client transactions (the last one smaller) filling the batch to its limit.
+    parts = tuple(
+        Txn(
+            reads=(),
+            update=Update(
+                tuple(
+                    Put(Key(k, f"k{k}"), Const(1)) for k in range(start, min(start + 16, keys_max))
+                )
+            ),
+        )
+        for start in range(0, keys_max, 16)
+    )
+    batch = Txn.batch(parts)
+    keys = tuple(sorted(batch.keys))
+    assert len(keys) == keys_max
+    now = 1_800_000_000_000_000
+    txn_id = Timestamp(1, now, int(batch.kind), 2)
+    preaccept = PreAccept(1, txn_id, batch, Route(keys[0], keys))
+    # Whatever the receiving sidecar's own batch_max_keys (settings may differ in a cluster).
+    receiver = load(write(tmp_path, batch_max_keys=1))
+    for peer in (config, receiver):
+        validate(Envelope(2, 1, preaccept), static_topology(peer), now, message_limits(peer))

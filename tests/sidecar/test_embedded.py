@@ -298,6 +298,47 @@ def test_concurrent_clients_each_get_their_own_result_and_parts_are_counted(
     assert after['accord_batch_parts_bucket{le="+Inf"}'] == after["accord_batch_parts_count"]
 
 
+def test_concurrent_wide_disjoint_transactions_form_batches_every_peer_accepts(
+    embedded: LocalSidecars,
+) -> None:
+    """48 disjoint 16-key transactions at once are batched into Accord transactions of up
+    to batch_max_keys (256) keys, more than one client transaction may name (128). Peers
+    refused such a batch's PreAccept and BeginRecovery as invalid, so it stalled until the
+    client deadline (DEADLINE_EXCEEDED, outcome unknown) and no replica could recover it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sidecar = embedded.sidecars[1]
+    wide, width = 48, 16
+
+    def refused() -> float:
+        return sum(
+            metrics_of(s.metrics_address)["accord_peer_messages_invalid_total"]
+            for s in embedded.sidecars.values()
+        )
+
+    before = metrics_of(sidecar.metrics_address)
+    refused_before = refused()
+    with client(sidecar.address) as c:
+
+        def write(i: int) -> tuple[int, str]:
+            t = Transaction()
+            for k in range(width):
+                t.update("bank", "accounts", f"wide-{i}-{k}", balance=i, tag=k)
+            try:
+                return i, "applied" if c.transact(t).applied else "not applied"
+            except TransactionError as error:
+                return i, str(error.code)
+
+        with ThreadPoolExecutor(max_workers=wide) as pool:
+            outcomes = list(pool.map(write, range(wide)))
+    after = metrics_of(sidecar.metrics_address)
+    assert outcomes == [(i, "applied") for i in range(wide)], log_tails(embedded)
+    assert refused() == refused_before
+    parts = after["accord_batch_parts_sum"] - before["accord_batch_parts_sum"]
+    batches = after["accord_batch_parts_count"] - before["accord_batch_parts_count"]
+    assert parts == wide and 1 <= batches <= parts
+
+
 # ---------------------------------------------------------------------------- peer protocol
 
 
