@@ -130,6 +130,10 @@ class KillReport:
     # Phases (with ``progress``) in which the cluster answered too few within the guard.
     stalls: list[str] = field(default_factory=list)
     started: float = 0.0
+    # Transfers answered (ok or declined) after the last restart. Counted from each answer's
+    # own time: the windows start on a 2.5 s grid, and when the load after the last rejoin
+    # ends within the window it started in, no window starts after the restart.
+    answered_after_last_restart: int = 0
 
     def ok_rate(self, start: float, end: float) -> float:
         """ok transfers per second between two offsets from the start of the load."""
@@ -156,6 +160,7 @@ class KillReport:
             "errors": dict(self.errors),
             "problems": self.problems,
             "stalls": self.stalls,
+            "answered_after_last_restart": self.answered_after_last_restart,
             "peaks": peak,
             "final": {
                 n: {k: row.get(k) for k in (*WATCHED, "peer_queue_depth", "journal_bytes")}
@@ -285,6 +290,10 @@ async def kill_storm(
         await bank.close()
     report.statuses = bank.statuses()
     report.errors = bank.errors
+    restarts = [at for at, what in report.events if what.startswith("restart")]
+    if restarts:
+        last_restart = started + max(restarts)
+        report.answered_after_last_restart = sum(1 for c in bank.commits if c.at > last_restart)
     end = max((c.at for c in bank.commits), default=started)
     n_windows = int((end - started) / window) + 1
     counts = Counter(int((c.at - started) / window) for c in bank.commits if c.at >= started)
