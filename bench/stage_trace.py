@@ -40,15 +40,18 @@ def install(directory: str) -> None:
     def note(txn_id: object, what: str, at: float | None = None) -> None:
         events.append((str(txn_id), what, now() if at is None else at))
 
+    def note_message(envelope: Any, direction: str, peer: str) -> None:
+        txn_id = getattr(envelope.body, "txn_id", None)
+        if txn_id is not None:
+            note(txn_id, f"{direction} {type(envelope.body).__name__} {peer}")
+
     Host = host_module.SidecarHost
     deliver = Host.deliver
     answer = Host._answer
     run_data = Host._run_data
 
     def traced_deliver(self: Any, envelope: Any) -> None:
-        txn_id = getattr(envelope.body, "txn_id", None)
-        if txn_id is not None:
-            note(txn_id, f"in {type(envelope.body).__name__} from {envelope.src}")
+        note_message(envelope, "in", f"from {envelope.src}")
         deliver(self, envelope)
 
     def traced_answer(self: Any, reply: Any) -> None:
@@ -91,9 +94,7 @@ def install(directory: str) -> None:
     send = Peers.send
 
     def traced_send(self: Any, envelope: Any) -> None:
-        txn_id = getattr(envelope.body, "txn_id", None)
-        if txn_id is not None:
-            note(txn_id, f"out {type(envelope.body).__name__} to {envelope.dest}")
+        note_message(envelope, "out", f"to {envelope.dest}")
         send(self, envelope)
 
     Peers.send = traced_send  # type: ignore[method-assign]

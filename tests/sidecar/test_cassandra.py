@@ -166,7 +166,6 @@ def test_concurrent_transfers_are_conserved_and_strictly_serializable(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     bank = new_bank(sidecars, "plain", 1_000_000, seed=11)
 
     async def script(_: Callable[[], bool]) -> None:
@@ -184,7 +183,6 @@ def test_concurrent_transfers_are_conserved_and_strictly_serializable(
 
 def test_sigkill_one_sidecar_mid_load(cassandra_sidecars: CassandraSidecars) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     bank = new_bank(sidecars, "kill1", 2_000_000, seed=22)
     victim = 2
     victim_address = sidecars.cluster.sidecars[victim].address
@@ -265,7 +263,6 @@ def test_one_dead_sidecar_costs_the_survivors_only_a_short_gap(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     bank = new_bank(sidecars, "gap", 4_000_000, seed=44)
     victim = 2
     victim_address = sidecars.cluster.sidecars[victim].address
@@ -296,7 +293,6 @@ def test_one_dead_sidecar_costs_the_survivors_only_a_short_gap(
 
 def test_sigkill_all_sidecars_at_once_mid_load(cassandra_sidecars: CassandraSidecars) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     bank = new_bank(sidecars, "killall", 3_000_000, seed=33)
     marks: dict[str, float] = {}
 
@@ -340,7 +336,6 @@ def test_unusable_tables_are_named_and_the_rest_serves(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     address = sidecars.addresses()[0]
     ks = sidecars.keyspace
     # Counted from here: the shared sidecars may have retried for earlier tests' faults.
@@ -423,7 +418,6 @@ def test_the_store_is_last_write_wins_by_execute_at(
 
 def test_deletes_through_the_sidecars(cassandra_sidecars: CassandraSidecars) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ks = sidecars.keyspace
     first, second = sidecars.addresses()[:2]
     with Client(first, timeout=30) as one, Client(second, timeout=30) as other:

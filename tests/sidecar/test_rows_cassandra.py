@@ -319,7 +319,6 @@ def test_a_ttl_row_written_through_accord_expires_as_of_execute_at(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ks = sidecars.keyspace
     account = f"ttl-{time.time_ns()}"
     with Client(sidecars.addresses()[0], timeout=30) as client:
@@ -366,7 +365,6 @@ def test_a_ttl_row_written_through_accord_expires_as_of_execute_at(
 
 def test_clustered_bank_through_the_sidecars(cassandra_sidecars: CassandraSidecars) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ledger = Ledger(sidecars.addresses(), sidecars.keyspace, [f"c{i}" for i in range(4)])
 
     async def scenario() -> dict[str, tuple[int | None, list[dict[str, object]]]]:
@@ -437,7 +435,6 @@ def test_clustered_bank_under_sigkill_of_sidecars(cassandra_sidecars: CassandraS
     read is what Cassandra holds. A double-applied transfer shows as a balance off its
     ledger (the ledger row is idempotent, the balance update is not)."""
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ledger = Ledger(
         sidecars.addresses(), sidecars.keyspace, [f"k{i}" for i in range(4)], seed=7, timeout=12
     )
@@ -486,7 +483,6 @@ def test_bad_clustered_input_is_invalid_argument_and_the_cluster_serves_on(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ks = sidecars.keyspace
     counter = Transaction().update(ks, "hits", "x", n=1)
     longest = 630_720_000 - TTL_MARGIN_SECONDS
@@ -520,7 +516,6 @@ def test_bad_slices_are_invalid_argument_naming_them_and_every_sidecar_serves_on
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     ks = sidecars.keyspace
     unknown_column = Transaction()
     unknown_column.let_slice("s", ks, "ledger", "x", column="nope", ge=1)
@@ -591,7 +586,6 @@ def test_the_saga_stores_nine_tables_in_one_transaction(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
     sidecars = cassandra_sidecars
-    sidecars.all_serving()
     with Client(sidecars.addresses()[1], timeout=30) as client:
         read = write_and_read_all_nine(client, sidecars.keyspace)
     assert len(read) == 9

@@ -92,7 +92,6 @@ def test_sequential_kills_of_different_sidecars_embedded(sidecars: LocalSidecars
 def test_sequential_kills_of_different_sidecars_cassandra(
     cassandra_sidecars: CassandraSidecars,
 ) -> None:
-    cassandra_sidecars.all_serving()
     try:
         report = asyncio.run(
             kill_storm(
