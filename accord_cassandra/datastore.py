@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import decimal
 import io
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -94,6 +95,8 @@ from accord_cassandra.schema import (
 
 # Write timestamps count microseconds from 2024-01-01 so that 12 low bits can carry the
 # flags and node id and the result still fits a signed 64-bit integer until about 2095.
+logger = logging.getLogger(__name__)
+
 HLC_BASE_MICROS = 1_704_067_200_000_000
 NODE_BITS = 10
 FLAG_BITS = 2
@@ -240,6 +243,78 @@ MAX_EXPIRED_ROWS_SKIPPED = 10_000
 # custom payload entry of this name (never sent to Cassandra).
 _NOW_KEY = "accord-cassandra.now-in-seconds"
 _NOW_IN_SECONDS_FLAG = 0x0100
+# Query flags of native protocol v5 (the driver's own constants are private).
+_WITH_SERIAL_CONSISTENCY_FLAG = 0x0010
+_PROTOCOL_TIMESTAMP_FLAG = 0x0020
+_WITH_KEYSPACE_FLAG = 0x0080
+WRITE_BATCH_PARTITIONS_MAX = 10
+"""Most partitions one UNLOGGED batch of a transaction's writes names: Cassandra warns above
+``unlogged_batch_across_partitions_warn_threshold`` (10 by default)."""
+WRITE_BATCH_BYTES_MAX = 4096
+"""Most estimated bytes (:func:`write_size`) one batch of several partitions carries:
+Cassandra warns on every batch above ``batch_size_warn_threshold`` (5 KiB by default) and
+refuses one above ``batch_size_fail_threshold`` (50 KiB); the estimate is above its count."""
+WRITE_ROW_OVERHEAD_BYTES = 64
+WRITE_CELL_OVERHEAD_BYTES = 24
+
+
+def write_size(write: WriteOp) -> int:
+    """An upper estimate of what Cassandra counts for ``write`` against its batch size
+    thresholds: values and keys, plus per-row and per-cell metadata (timestamps, TTLs,
+    liveness)."""
+    value = write.value
+    cells = len(value) if type(value) is tuple else 1
+    keys = len(write.key.name) + value_size(write.clustering)
+    return WRITE_ROW_OVERHEAD_BYTES + WRITE_CELL_OVERHEAD_BYTES * cells + value_size(value) + keys
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannedWrite:
+    """One write of a transaction, ready for the driver."""
+
+    key: Key
+    statement: Any
+    values: list[object]
+    now: int | None  # native protocol v5's now_in_seconds, None: Cassandra's own clock
+    size: int  # write_size
+
+
+def write_chunks(planned: Sequence[PlannedWrite]) -> list[list[PlannedWrite]]:
+    """``planned`` cut into requests: writes with one ``now`` (a request has one), one
+    partition's writes together (Cassandra applies them as one mutation), up to
+    :data:`WRITE_BATCH_PARTITIONS_MAX` partitions and :data:`WRITE_BATCH_BYTES_MAX` bytes
+    per chunk; a partition larger than that alone, split by bytes if it must."""
+    groups: dict[int | None, dict[Key, list[PlannedWrite]]] = {}
+    for write in planned:
+        groups.setdefault(write.now, {}).setdefault(write.key, []).append(write)
+    chunks: list[list[PlannedWrite]] = []
+    for partitions in groups.values():
+        chunk: list[PlannedWrite] = []
+        keys = size = 0
+        for writes in partitions.values():
+            bytes_ = sum(write.size for write in writes)
+            if chunk and (
+                keys >= WRITE_BATCH_PARTITIONS_MAX or size + bytes_ > WRITE_BATCH_BYTES_MAX
+            ):
+                chunks.append(chunk)
+                chunk, keys, size = [], 0, 0
+            if bytes_ > WRITE_BATCH_BYTES_MAX:
+                piece: list[PlannedWrite] = []
+                piece_size = 0
+                for write in writes:
+                    if piece and piece_size + write.size > WRITE_BATCH_BYTES_MAX:
+                        chunks.append(piece)
+                        piece, piece_size = [], 0
+                    piece.append(write)
+                    piece_size += write.size
+                chunks.append(piece)
+                continue
+            chunk += writes
+            keys += 1
+            size += bytes_
+        if chunk:
+            chunks.append(chunk)
+    return chunks
 
 
 def max_clock_skew_for_ttl() -> float:
@@ -413,6 +488,11 @@ class CassandraDataStore:
         self.clock = clock
         self._prepared: dict[tuple[str, object], Any] = {}
         self.writes_executed = 0
+        # Requests that carried several writes (UNLOGGED batches, write_chunks), and
+        # requests Cassandra answered with a warning (a batch over a threshold set lower
+        # than its default, say): logged once, counted always.
+        self.write_batches = 0
+        self.server_warnings = 0
         # Read statements sent (one per distinct selection; a slice's later pages not
         # counted): what the bench compares with Cassandra's CPU per operation.
         self.reads_executed = 0
@@ -776,14 +856,45 @@ class CassandraDataStore:
     # ------------------------------------------------------------------ writes
 
     async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
+        """The writes in as few requests as Cassandra takes without a warning: each chunk
+        (:func:`write_chunks`) one UNLOGGED batch, a chunk of one statement a plain write.
+
+        A transaction's writes used to be one request each. A group-commit batch of saga
+        state changes writes ~40 rows, and the driver's cost per request was then the largest
+        share of a sidecar's CPU. An unlogged batch is not atomic, and needs not be: every
+        write carries the transaction's timestamp, so a repeat is idempotent, an Apply is
+        re-run until it is done, and no reader sees its rows before its outcome is durable at
+        a quorum (docs/sidecars.md)."""
         stamp = write_timestamp(execute_at)
-        data = []
+        planned: list[PlannedWrite] = []
         for write in writes:
             table = self.catalog.for_key(write.key)
             key_values = self._key_values(table, write.key)
-            data.append(self._write_rows(table, write, key_values, stamp, execute_at))
-        await asyncio.gather(*data)
-        self.writes_executed += len(data)
+            statement, values, now = self._write_rows(table, write, key_values, stamp, execute_at)
+            planned.append(PlannedWrite(write.key, statement, values, now, write_size(write)))
+        await asyncio.gather(*(self._write_chunk(chunk) for chunk in write_chunks(planned)))
+        self.writes_executed += len(planned)
+
+    async def _write_chunk(self, chunk: Sequence[PlannedWrite]) -> None:
+        if len(chunk) == 1:
+            await _execute(self.session, chunk[0].statement, chunk[0].values, chunk[0].now)
+            return
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self.consistency)
+        for planned in chunk:
+            batch.add(planned.statement, planned.values)
+        self.write_batches += 1
+        await _execute(self.session, batch, None, chunk[0].now, self._warned)
+
+    def _warned(self, warnings: Sequence[str]) -> None:
+        self.server_warnings += 1
+        if self.server_warnings == 1:
+            logger.warning(
+                "Cassandra warned about a batch of a transaction's writes (%s); its batch "
+                "thresholds may be set below their defaults (docs/sidecars.md); not logged again",
+                "; ".join(warnings),
+            )
 
     def _physical_ttl(self, ttl: int, execute_at: Timestamp) -> tuple[int, int]:
         """The "now" (E's second) and TTL a write of logical ``ttl`` lands with: Cassandra
@@ -805,17 +916,17 @@ class CassandraDataStore:
         key_values: list[object],
         stamp: int,
         execute_at: Timestamp,
-    ) -> Any:
-        """Any write: a plain write of the table with ``USING TIMESTAMP``, no history; an
-        ``INSERT`` of every column, so a TTL applies to the row (its cells and its primary
-        key liveness) as the model's row TTL does."""
+    ) -> tuple[Any, list[object], int | None]:
+        """Any write, as its statement, values and "now": a plain write of the table with
+        ``USING TIMESTAMP``, no history; an ``INSERT`` of every column, so a TTL applies to
+        the row (its cells and its primary key liveness) as the model's row TTL does."""
         # A row written as nothing (a ``Put`` that computed None) is deleted, as in the model.
         deleting = write.delete or (write.scope is WriteScope.ROW and write.value is None)
         if write.deletes_partition or (
             not table.clustering and write.scope is WriteScope.ROW and deleting
         ):
             statement = self._shaped(table, ("delete_range", 0, None, None))
-            return _execute(self.session, statement, [stamp, *key_values])
+            return statement, [stamp, *key_values], None
         timing: list[object] = [stamp]
         now: int | None = None
         ttl_shape: tuple[str, ...] = ()
@@ -826,14 +937,10 @@ class CassandraDataStore:
         if write.scope is WriteScope.STATIC:
             if write.delete:
                 statement = self._shaped(table, ("delete_static",))
-                return _execute(self.session, statement, [stamp, *key_values])
+                return statement, [stamp, *key_values], None
             statics = _checked_row(table, write.value, table.static)
-            return _execute(
-                self.session,
-                self._shaped(table, ("put_static", *ttl_shape)),
-                [*key_values, *statics, *timing],
-                now,
-            )
+            put = self._shaped(table, ("put_static", *ttl_shape))
+            return put, [*key_values, *statics, *timing], now
         prefix = self._clustering_values(table, write.clustering)
         if write.scope is WriteScope.RANGE or deleting:
             bounds: list[object] = []
@@ -845,14 +952,10 @@ class CassandraDataStore:
                 shape.append(op + ("=" if bound.inclusive else ""))
                 bounds.append(_to_driver(table.clustering[len(prefix)][1], bound.value))
             statement = self._shaped(table, tuple(shape))
-            return _execute(self.session, statement, [stamp, *key_values, *prefix, *bounds])
+            return statement, [stamp, *key_values, *prefix, *bounds], None
         row = _checked_row(table, write.value, table.columns)
-        return _execute(
-            self.session,
-            self._shaped(table, ("put_row", *ttl_shape)),
-            [*key_values, *prefix, *row, *timing],
-            now,
-        )
+        put = self._shaped(table, ("put_row", *ttl_shape))
+        return put, [*key_values, *prefix, *row, *timing], now
 
     async def close(self) -> None:
         return None
@@ -879,14 +982,23 @@ def _now_payload(now_in_seconds: int | None) -> dict[str, bytes] | None:
 
 
 async def _execute(
-    session: Any, statement: Any, values: Sequence[object], now_in_seconds: int | None = None
+    session: Any,
+    statement: Any,
+    values: Sequence[object] | None,
+    now_in_seconds: int | None = None,
+    warned: Callable[[Sequence[str]], None] | None = None,
 ) -> list[Any]:
-    """Run a prepared statement and await its rows from the driver's I/O thread; with
-    ``now_in_seconds``, Cassandra takes that as the current time (TTLs, expiry)."""
+    """Run a prepared statement (or a batch: ``values`` None) and await its rows from the
+    driver's I/O thread; with ``now_in_seconds``, Cassandra takes that as the current time
+    (TTLs, expiry). ``warned`` is called (on the I/O thread) with Cassandra's warnings."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[list[Any]] = loop.create_future()
 
     def done(rows: Any) -> None:
+        if warned is not None:
+            warnings = getattr(response, "warnings", None)
+            if warnings:
+                warned(list(warnings))
         loop.call_soon_threadsafe(_settle, future, list(rows or []), None)
 
     def failed(error: BaseException) -> None:
@@ -894,7 +1006,7 @@ async def _execute(
 
     response = session.execute_async(
         statement,
-        list(values),
+        None if values is None else list(values),
         custom_payload=_now_payload(now_in_seconds),
         timeout=REQUEST_TIMEOUT_SECONDS,
     )
@@ -933,7 +1045,19 @@ def _now_in_seconds_handler(base: Any) -> Any:
     """``base`` (a driver protocol handler), sending an EXECUTE whose custom payload names a
     "now" with native protocol v5's ``now_in_seconds`` instead: Cassandra then computes a
     TTL'd cell's expiry, and ``TTL(col)``, from that time rather than its own clock."""
-    from cassandra.protocol import ExecuteMessage, ProtocolVersion, write_int, write_string
+    from cassandra.protocol import (
+        BatchMessage,
+        ExecuteMessage,
+        ProtocolVersion,
+        write_byte,
+        write_consistency_level,
+        write_int,
+        write_long,
+        write_longstring,
+        write_short,
+        write_string,
+        write_value,
+    )
 
     if getattr(base, "accord_now_in_seconds", False):
         return base
@@ -965,6 +1089,52 @@ def _now_in_seconds_handler(base: Any) -> Any:
             f.write(bytes(body))
             write_int(f, self.now)
 
+    class BatchAtNow:
+        """A BATCH message carrying now_in_seconds: its body as the driver writes it for v5,
+        with the flag set and the time last."""
+
+        def __init__(self, message: Any, now: int) -> None:
+            self.message = message
+            self.now = now
+            self.opcode = message.opcode
+            self.tracing = message.tracing
+            rest = {k: v for k, v in message.custom_payload.items() if k != _NOW_KEY}
+            self.custom_payload = rest or None
+
+        def send_body(self, f: Any, protocol_version: int) -> None:
+            if not ProtocolVersion.uses_int_query_flags(protocol_version):
+                raise ValueError(f"now_in_seconds needs protocol v5, not v{protocol_version}")
+            message = self.message
+            write_byte(f, message.batch_type.value)
+            write_short(f, len(message.queries))
+            for prepared, string_or_query_id, params in message.queries:
+                if prepared:
+                    write_byte(f, 1)
+                    write_short(f, len(string_or_query_id))
+                    f.write(string_or_query_id)
+                else:
+                    write_byte(f, 0)
+                    write_longstring(f, string_or_query_id)
+                write_short(f, len(params))
+                for param in params:
+                    write_value(f, param)
+            write_consistency_level(f, message.consistency_level)
+            flags = _NOW_IN_SECONDS_FLAG
+            if message.serial_consistency_level:
+                flags |= _WITH_SERIAL_CONSISTENCY_FLAG
+            if message.timestamp is not None:
+                flags |= _PROTOCOL_TIMESTAMP_FLAG
+            if message.keyspace:
+                flags |= _WITH_KEYSPACE_FLAG
+            write_int(f, flags)
+            if message.serial_consistency_level:
+                write_consistency_level(f, message.serial_consistency_level)
+            if message.timestamp is not None:
+                write_long(f, message.timestamp)
+            if message.keyspace:
+                write_string(f, message.keyspace)
+            write_int(f, self.now)
+
     class Handler(base):  # type: ignore[misc]
         accord_now_in_seconds = True
 
@@ -978,9 +1148,12 @@ def _now_in_seconds_handler(base: Any) -> Any:
             allow_beta_protocol_version: bool,
         ) -> Any:
             payload = msg.custom_payload
-            if isinstance(msg, ExecuteMessage) and payload and _NOW_KEY in payload:
+            if payload and _NOW_KEY in payload:
                 now = int.from_bytes(payload[_NOW_KEY], "big", signed=True)
-                msg = AtNow(msg, now)
+                if isinstance(msg, ExecuteMessage):
+                    msg = AtNow(msg, now)
+                elif isinstance(msg, BatchMessage):
+                    msg = BatchAtNow(msg, now)
             return super().encode_message(
                 msg, stream_id, protocol_version, compressor, allow_beta_protocol_version
             )

@@ -101,15 +101,20 @@ def install(directory: str) -> None:
 
     from accord_cassandra import datastore
 
-    def traced_execute(
-        session: Any, statement: Any, values: Sequence[object], now_in_seconds: Any = None
-    ) -> Any:
+    async def traced_execute(
+        session: Any,
+        statement: Any,
+        values: Sequence[object] | None,
+        now_in_seconds: int | None = None,
+        warned: Any = None,
+    ) -> list[Any]:
         import asyncio
 
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         sent = now()
-        tag = f"cql {statement.query_string.split()[0]}"
+        query = getattr(statement, "query_string", None)
+        tag = f"cql {query.split()[0] if query else 'BATCH'}"
 
         def done(rows: Any) -> None:
             called = now()
@@ -130,13 +135,13 @@ def install(directory: str) -> None:
 
         response = session.execute_async(
             statement,
-            list(values),
+            None if values is None else list(values),
             custom_payload=datastore._now_payload(now_in_seconds),
             timeout=datastore.REQUEST_TIMEOUT_SECONDS,
         )
         events.append((tag, "execute_async returned", now() - sent))
         response.add_callbacks(done, failed)
-        return future
+        return await future
 
     datastore._execute = traced_execute
 

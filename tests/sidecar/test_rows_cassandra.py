@@ -953,3 +953,48 @@ def test_all_null_static_and_regular_rows_read_alike_from_cassandra_and_memory(
     assert asyncio.run(run(CassandraDataStore(session, catalog))) == expected
     assert asyncio.run(run(MemoryDataStore(catalog))) == expected
     cassandra_node.drop_keyspace(session, ks)
+
+
+def test_a_wide_transactions_writes_go_in_few_batches_cassandra_does_not_warn_about(
+    cassandra_sidecars: CassandraSidecars, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 rows over 30 partitions, half of them TTL'd (their batches carry now_in_seconds),
+    as one transaction's writes: they land in a handful of UNLOGGED batches, every row reads
+    back with its TTL judged as of executeAt, and Cassandra warns about none of them. The
+    warning counter has teeth: with the chunk limits lifted, the same writes make Cassandra
+    warn (a batch over 5 KiB across more than 10 partitions)."""
+    sidecars = cassandra_sidecars
+    ks = sidecars.keyspace
+    catalog = Catalog(tables_from_cluster(sidecars.session.cluster.metadata, [ks]))
+    ledger = catalog.table(ks, "ledger")
+
+    def writes(tag: str) -> list[WriteOp]:
+        ops: list[WriteOp] = []
+        for n in range(30):
+            key = ledger.key([f"wide-{tag}-{n}"])
+            for at in range(2 if n < 10 else 1):
+                memo = f"{n}-{at}-" + "m" * 300
+                ttl = 600 if n % 2 else None
+                ops.append(WriteOp(key, (n * 10 + at, memo), clustering=(at, "t"), ttl=ttl))  # type: ignore[arg-type]
+        return ops
+
+    async def write_and_read(store: CassandraDataStore, tag: str) -> None:
+        ops = writes(tag)
+        stamp = _stamp()
+        await store.write(ops, stamp)
+        read = await store.read([RowAt(op.key, op.clustering) for op in ops], _stamp())
+        for op in ops:
+            assert read[op.key].get(RowAt(op.key, op.clustering)) == op.value, op
+
+    store = CassandraDataStore(sidecars.session, catalog)
+    asyncio.run(write_and_read(store, uuid.uuid4().hex[:8]))
+    assert 3 <= store.write_batches <= 12, store.write_batches
+    assert store.writes_executed == 40
+    assert store.server_warnings == 0
+
+    monkeypatch.setattr("accord_cassandra.datastore.WRITE_BATCH_PARTITIONS_MAX", 1000)
+    monkeypatch.setattr("accord_cassandra.datastore.WRITE_BATCH_BYTES_MAX", 1_000_000)
+    unlimited = CassandraDataStore(sidecars.session, catalog)
+    asyncio.run(write_and_read(unlimited, uuid.uuid4().hex[:8]))
+    assert unlimited.write_batches == 2  # one per now_in_seconds
+    assert unlimited.server_warnings >= 1
