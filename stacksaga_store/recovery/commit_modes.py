@@ -376,9 +376,9 @@ class AccordDirectory(Directory):
             txn.update(ks, T4, t4, (bucket.bucket_index,))
 
         if alone:
-            await self.runner.now(Part("tiers 1-4", build))
+            await self.runner.now(Part("tiers 1-4", build, lane=bucket.instance_id))
         else:
-            await self.runner.submit(Part("tiers 1-4", build), "tiers")
+            await self.runner.submit(Part("tiers 1-4", build, lane=bucket.instance_id), "tiers")
 
     async def insert_entry(
         self,
@@ -437,6 +437,7 @@ class AccordDirectory(Directory):
                 mine if tier4_cached else None,
                 repair if tier4_cached else None,
                 held if tier4_cached else None,
+                lane=bucket.instance_id,
             ),
             "entry",
         )
@@ -449,7 +450,7 @@ class AccordDirectory(Directory):
         def build(txn: Any, tag: str) -> None:
             txn.delete(ks, T5, t5, (transaction_id,))
 
-        await self.runner.submit(Part("watchdog delete", build), "release")
+        await self.runner.submit(Part("watchdog delete", build, lane=bucket.instance_id), "release")
 
     async def entries(
         self,

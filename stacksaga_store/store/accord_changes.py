@@ -40,6 +40,7 @@ import contextlib
 import contextvars
 import importlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ ACCORD_COMMIT_ATTEMPTS_MAX = 8
 # Times a refused state change is repaired and sent again (one repair per refused part).
 REPAIRS_MAX = 2
 ACCORD_RETRY_SECONDS = (0.05, 1.0)
+# How long new transactions skip a sidecar whose last answer was a failure.
+SIDECAR_REST_SECONDS = 5.0
 
 
 def sidecar_client() -> Any:
@@ -123,14 +126,20 @@ class AccordGateway:
             client_module.AsyncClient(a, token=token, timeout=timeout) for a in addresses
         ]
         self._next = 0
+        self._resting = [0.0] * len(self._clients)  # monotonic time until which it is skipped
         self.transactions = 0
         self.retries = 0
         self.batcher: ChangeBatcher | None = None  # made on first use (batcher_of)
 
     async def transact(self, build: Callable[[], Any]) -> AccordOutcome:
-        """``build()`` returns a fresh ``accord_cassandra.client.Transaction``."""
+        """``build()`` returns a fresh ``accord_cassandra.client.Transaction``.
+
+        Transactions go to the sidecars in turn: the sidecar a client talks to coordinates
+        the transaction, and coordinating costs it several times what a replica spends, so
+        one sidecar taking them all was the first to run out of CPU."""
+        index = self._pick()
         for attempt in range(ACCORD_COMMIT_ATTEMPTS_MAX):
-            client = self._clients[self._next % len(self._clients)]
+            client = self._clients[index]
             try:
                 result = await client.transact(build())
             except self._error_type as error:
@@ -138,7 +147,10 @@ class AccordGateway:
                 if getattr(error, "definite", False) and code not in RETRIED_DEFINITE_CODES:
                     raise AccordCommitError(f"accord refused the transaction: {error}") from None
                 self.retries += 1
-                self._next += 1
+                # Other transactions keep off it for a while: one that hangs would cost each
+                # of them the whole deadline before its retry.
+                self._resting[index] = time.monotonic() + SIDECAR_REST_SECONDS
+                index = (index + 1) % len(self._clients)
                 delay = min(ACCORD_RETRY_SECONDS[1], ACCORD_RETRY_SECONDS[0] * 2**attempt)
                 logger.info("accord commit retry %d after %s", attempt + 1, code)
                 await asyncio.sleep(delay)
@@ -150,6 +162,19 @@ class AccordGateway:
                 result.applied, dict(result.rows), dict(result.slices), attempt + 1
             )
         raise AccordCommitError(f"no accord outcome after {ACCORD_COMMIT_ATTEMPTS_MAX} attempts")
+
+    def _pick(self) -> int:
+        """The next sidecar in turn that did not just fail (any, if all did)."""
+        count = len(self._clients)
+        now = time.monotonic()
+        for step in range(count):
+            index = (self._next + step) % count
+            if self._resting[index] <= now:
+                self._next = index + 1
+                return index
+        index = self._next % count
+        self._next += 1
+        return index
 
     async def read(self, build: Callable[[Any], None]) -> AccordOutcome:
         """A read-only transaction: ``build(txn)`` adds its LETs."""
@@ -188,6 +213,9 @@ class Part:
     held: Callable[[AccordOutcome, str], bool] | None = None
     # A condition only (a fence): a change of guards alone writes nothing and is not sent.
     guard: bool = False
+    # The write lane (a writer instance id) whose Tier-4/5 rows this part touches: the
+    # batcher keeps one lane's changes out of the batches of other lanes (ChangeBatcher).
+    lane: str | None = None
 
 
 class StateChangeConflict(StackSagaError):
@@ -276,6 +304,11 @@ class AccordChange:
     def add(self, part: Part) -> None:
         self.parts.append(part)
 
+    @property
+    def lane(self) -> str | None:
+        """The write lane of its first part that names one (None: no lane)."""
+        return next((part.lane for part in self.parts if part.lane is not None), None)
+
     def _build(self) -> Any:
         return self.build_into(sidecar_client().Transaction(), "")
 
@@ -334,11 +367,11 @@ class AccordChange:
         )
 
 
-# Group commit of state changes (ChangeBatcher): transactions in flight before changes wait
-# to share one, and what one transaction may carry (the sidecars refuse more than 64 LETs,
-# conditions or mutations).
+# Group commit of state changes (ChangeBatcher): transactions in flight (one per group of
+# write lanes) before changes wait to share one, and what one transaction may carry (the
+# sidecars refuse more than 64 LETs, conditions or mutations).
 BATCH_IN_FLIGHT_MAX = 4
-BATCH_CHANGES_MAX = 16
+BATCH_CHANGES_MAX = 32
 BATCH_LETS_MAX = 64
 BATCH_CONDITIONS_MAX = 64
 BATCH_MUTATIONS_MAX = 64
@@ -354,29 +387,59 @@ class _Queued:
     rows: frozenset[bytes]  # the rows it mutates (a transaction mutates a row once)
 
 
+@dataclass(slots=True)
+class _Group:
+    queue: list[_Queued] = field(default_factory=list)
+    busy: bool = False  # its one transaction is in flight
+
+
 class ChangeBatcher:
     """Group commit: concurrent state changes of this process share Accord transactions.
 
-    Every Accord transaction costs the sidecars about the same whatever it carries, and that
-    cost bounds the accord mode's rate. So while :data:`BATCH_IN_FLIGHT_MAX` transactions are
-    in flight, further changes queue, and each transaction sent carries every queued change
-    that fits (limits above; mutated rows disjoint): one change alone when the gateway is
-    idle (no added latency), many under load. A batch is one transaction, so each change in
-    it is still all-or-nothing, and its conditions are its own: the batch's conditions are
-    the AND of all of them, each read on the state before the batch. A batch refused is
-    refused whole; each change then looks at its own conditions in what the batch read:
-    one of its own failed, it is refused (or repaired) as alone; none did, it is sent again
-    alone (:meth:`AccordChange.commit`). A batch the sidecars reject outright is sent again
-    change by change.
+    Every Accord transaction costs the sidecars a lot whatever it carries, so concurrent
+    changes share them. Changes go to :data:`BATCH_IN_FLIGHT_MAX` groups, each with one
+    transaction in flight at a time; while it is, the group's further changes queue, and its
+    next transaction carries every queued change that fits (limits above; mutated rows
+    disjoint): one change alone when the group is idle (no added latency), many under load.
+
+    *Groups follow write lanes.* Accord orders two transactions that share a partition one
+    after the other (and the later one leaves the fast path), so batches in flight should not
+    share partitions. A lane's changes do (its Tier-4 row, its Tier-5 partitions), different
+    lanes' do not, and es_transaction rows are one saga's. So a change goes to its lane's group
+    (:attr:`AccordChange.lane`; lanes are spread over the groups in the order they first come,
+    which with the writer's round-robin lanes is even), a change without a lane to the next
+    group in turn. One shared queue instead put every lane into every batch, and the batches
+    in flight then ran one after another (a fifth of the rate at 128 starts in flight).
+    Which group a change joins is a matter of speed only: any two transactions are
+    serialisable whatever they share.
+
+    A batch is one transaction, so each change in it is still all-or-nothing, and its
+    conditions are its own: the batch's conditions are the AND of all of them, each read on
+    the state before the batch. A batch refused is refused whole; each change then looks at
+    its own conditions in what the batch read: one of its own failed, it is refused (or
+    repaired) as alone; none did, it is sent again alone (:meth:`AccordChange.commit`). A
+    batch the sidecars reject outright is sent again change by change.
     """
 
-    def __init__(self, gateway: AccordGateway) -> None:
+    def __init__(self, gateway: AccordGateway, groups: int = BATCH_IN_FLIGHT_MAX) -> None:
+        check_state(groups >= 1, f"batch groups must be at least 1, got {groups}")
         self.gateway = gateway
-        self._queue: list[_Queued] = []
-        self._in_flight = 0
+        self._groups = [_Group() for _ in range(groups)]
+        self._lane_group: dict[str, int] = {}
+        self._unlaned = 0
         self._tasks: set[asyncio.Future[None]] = set()
         self.batches = 0
         self.batched_changes = 0
+
+    def group_of(self, change: AccordChange) -> int:
+        lane = change.lane
+        if lane is None:
+            self._unlaned += 1
+            return self._unlaned % len(self._groups)
+        group = self._lane_group.get(lane)
+        if group is None:
+            group = self._lane_group[lane] = len(self._lane_group) % len(self._groups)
+        return group
 
     async def commit(self, change: AccordChange) -> tuple[AccordOutcome, bool]:
         """The outcome of the transaction that carried ``change`` (its LETs under their own
@@ -391,51 +454,33 @@ class ChangeBatcher:
             len(shape.mutations),
             frozenset(m.row.SerializeToString(deterministic=True) for m in shape.mutations),
         )
-        self._queue.append(queued)
-        self._flush()
+        group = self._groups[self.group_of(change)]
+        group.queue.append(queued)
+        self._flush(group)
         try:
             outcome, batched = await asyncio.shield(queued.future)
         except asyncio.CancelledError:
-            if queued in self._queue:
-                self._queue.remove(queued)
+            if queued in group.queue:
+                group.queue.remove(queued)
             raise
         if outcome is None:  # its batch was rejected as a whole: alone
             return await self.gateway.transact(change._build), False
         return outcome, batched
 
-    def _flush(self) -> None:
-        while self._queue and self._in_flight < BATCH_IN_FLIGHT_MAX:
-            batch = self._take()
-            self._in_flight += 1
-            task = asyncio.ensure_future(self._send(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    @property
+    def in_flight(self) -> int:
+        return sum(group.busy for group in self._groups)
 
-    def _take(self) -> list[_Queued]:
-        batch: list[_Queued] = []
-        lets = conditions = mutations = 0
-        rows: set[bytes] = set()
-        kept: list[_Queued] = []
-        for queued in self._queue:
-            fits = (
-                len(batch) < BATCH_CHANGES_MAX
-                and lets + queued.lets <= BATCH_LETS_MAX
-                and conditions + queued.conditions <= BATCH_CONDITIONS_MAX
-                and mutations + queued.mutations <= BATCH_MUTATIONS_MAX
-                and rows.isdisjoint(queued.rows)
-            )
-            if not fits and batch:
-                kept.append(queued)
-                continue
-            batch.append(queued)
-            lets += queued.lets
-            conditions += queued.conditions
-            mutations += queued.mutations
-            rows |= queued.rows
-        self._queue = kept
-        return batch
+    def _flush(self, group: _Group) -> None:
+        if group.busy or not group.queue:
+            return
+        batch = _take(group)
+        group.busy = True
+        task = asyncio.ensure_future(self._send(group, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[_Queued]) -> None:
+    async def _send(self, group: _Group, batch: list[_Queued]) -> None:
         try:
             if len(batch) == 1:
                 outcome = await self.gateway.transact(batch[0].change._build)
@@ -466,8 +511,34 @@ class ChangeBatcher:
             if not isinstance(error, Exception):
                 raise
         finally:
-            self._in_flight -= 1
-            self._flush()
+            group.busy = False
+            self._flush(group)
+
+
+def _take(group: _Group) -> list[_Queued]:
+    """The group's next batch: its queued changes in order, each that fits."""
+    batch: list[_Queued] = []
+    lets = conditions = mutations = 0
+    rows: set[bytes] = set()
+    kept: list[_Queued] = []
+    for queued in group.queue:
+        fits = (
+            len(batch) < BATCH_CHANGES_MAX
+            and lets + queued.lets <= BATCH_LETS_MAX
+            and conditions + queued.conditions <= BATCH_CONDITIONS_MAX
+            and mutations + queued.mutations <= BATCH_MUTATIONS_MAX
+            and rows.isdisjoint(queued.rows)
+        )
+        if not fits and batch:
+            kept.append(queued)
+            continue
+        batch.append(queued)
+        lets += queued.lets
+        conditions += queued.conditions
+        mutations += queued.mutations
+        rows |= queued.rows
+    group.queue = kept
+    return batch
 
 
 def _settle(
