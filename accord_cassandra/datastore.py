@@ -243,10 +243,6 @@ MAX_EXPIRED_ROWS_SKIPPED = 10_000
 # custom payload entry of this name (never sent to Cassandra).
 _NOW_KEY = "accord-cassandra.now-in-seconds"
 _NOW_IN_SECONDS_FLAG = 0x0100
-# Query flags of native protocol v5 (the driver's own constants are private).
-_WITH_SERIAL_CONSISTENCY_FLAG = 0x0010
-_PROTOCOL_TIMESTAMP_FLAG = 0x0020
-_WITH_KEYSPACE_FLAG = 0x0080
 WRITE_BATCH_PARTITIONS_MAX = 10
 """Most partitions one UNLOGGED batch of a transaction's writes names: Cassandra warns above
 ``unlogged_batch_across_partitions_warn_threshold`` (10 by default)."""
@@ -481,10 +477,12 @@ class CassandraDataStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         from cassandra import ConsistencyLevel
+        from cassandra.query import BatchStatement, BatchType
 
         self.session = session
         self.catalog = catalog
         self.consistency = ConsistencyLevel.name_to_value[consistency]
+        self._batch, self._unlogged = BatchStatement, BatchType.UNLOGGED
         self.clock = clock
         self._prepared: dict[tuple[str, object], Any] = {}
         self.writes_executed = 0
@@ -879,9 +877,7 @@ class CassandraDataStore:
         if len(chunk) == 1:
             await _execute(self.session, chunk[0].statement, chunk[0].values, chunk[0].now)
             return
-        from cassandra.query import BatchStatement, BatchType
-
-        batch = BatchStatement(BatchType.UNLOGGED, consistency_level=self.consistency)
+        batch = self._batch(self._unlogged, consistency_level=self.consistency)
         for planned in chunk:
             batch.add(planned.statement, planned.values)
         self.write_batches += 1
@@ -1049,21 +1045,16 @@ def _now_in_seconds_handler(base: Any) -> Any:
         BatchMessage,
         ExecuteMessage,
         ProtocolVersion,
-        write_byte,
-        write_consistency_level,
         write_int,
-        write_long,
-        write_longstring,
-        write_short,
         write_string,
-        write_value,
     )
 
     if getattr(base, "accord_now_in_seconds", False):
         return base
 
     class AtNow:
-        """An EXECUTE message carrying now_in_seconds (the driver has no field for it)."""
+        """A message carrying now_in_seconds (the driver has no field for it): its body as
+        the driver writes it, the flag set, the time last."""
 
         def __init__(self, message: Any, now: int) -> None:
             self.message = message
@@ -1076,64 +1067,37 @@ def _now_in_seconds_handler(base: Any) -> Any:
         def send_body(self, f: Any, protocol_version: int) -> None:
             if not ProtocolVersion.uses_int_query_flags(protocol_version):
                 raise ValueError(f"now_in_seconds needs protocol v5, not v{protocol_version}")
-            message = self.message
-            write_string(f, message.query_id)
-            if ProtocolVersion.uses_prepared_metadata(protocol_version):
-                write_string(f, message.result_metadata_id)
-            params = io.BytesIO()
-            message._write_query_params(params, protocol_version)
-            body = bytearray(params.getvalue())
-            # <consistency>[short] <flags>[int] ... then <now_in_seconds>[int] comes last.
-            flags = int.from_bytes(body[2:6], "big") | _NOW_IN_SECONDS_FLAG
-            body[2:6] = flags.to_bytes(4, "big")
+            body, flags_at = self.body(protocol_version)
+            flags = int.from_bytes(body[flags_at : flags_at + 4], "big") | _NOW_IN_SECONDS_FLAG
+            body[flags_at : flags_at + 4] = flags.to_bytes(4, "big")
             f.write(bytes(body))
             write_int(f, self.now)
 
-    class BatchAtNow:
-        """A BATCH message carrying now_in_seconds: its body as the driver writes it for v5,
-        with the flag set and the time last."""
-
-        def __init__(self, message: Any, now: int) -> None:
-            self.message = message
-            self.now = now
-            self.opcode = message.opcode
-            self.tracing = message.tracing
-            rest = {k: v for k, v in message.custom_payload.items() if k != _NOW_KEY}
-            self.custom_payload = rest or None
-
-        def send_body(self, f: Any, protocol_version: int) -> None:
-            if not ProtocolVersion.uses_int_query_flags(protocol_version):
-                raise ValueError(f"now_in_seconds needs protocol v5, not v{protocol_version}")
+        def body(self, protocol_version: int) -> tuple[bytearray, int]:
+            """The driver's body of an EXECUTE, and where its <flags>[int] sit."""
             message = self.message
-            write_byte(f, message.batch_type.value)
-            write_short(f, len(message.queries))
-            for prepared, string_or_query_id, params in message.queries:
-                if prepared:
-                    write_byte(f, 1)
-                    write_short(f, len(string_or_query_id))
-                    f.write(string_or_query_id)
-                else:
-                    write_byte(f, 0)
-                    write_longstring(f, string_or_query_id)
-                write_short(f, len(params))
-                for param in params:
-                    write_value(f, param)
-            write_consistency_level(f, message.consistency_level)
-            flags = _NOW_IN_SECONDS_FLAG
-            if message.serial_consistency_level:
-                flags |= _WITH_SERIAL_CONSISTENCY_FLAG
-            if message.timestamp is not None:
-                flags |= _PROTOCOL_TIMESTAMP_FLAG
-            if message.keyspace:
-                flags |= _WITH_KEYSPACE_FLAG
-            write_int(f, flags)
-            if message.serial_consistency_level:
-                write_consistency_level(f, message.serial_consistency_level)
-            if message.timestamp is not None:
-                write_long(f, message.timestamp)
-            if message.keyspace:
-                write_string(f, message.keyspace)
-            write_int(f, self.now)
+            out = io.BytesIO()
+            write_string(out, message.query_id)
+            if ProtocolVersion.uses_prepared_metadata(protocol_version):
+                write_string(out, message.result_metadata_id)
+            # <consistency>[short] <flags>[int] ... (the query parameters).
+            flags_at = out.tell() + 2
+            message._write_query_params(out, protocol_version)
+            return bytearray(out.getvalue()), flags_at
+
+    class BatchAtNow(AtNow):
+        def body(self, protocol_version: int) -> tuple[bytearray, int]:
+            """The driver's body of a BATCH: ... <consistency>[short] <flags>[int], then the
+            optional <serial_consistency>[short] <timestamp>[long] <keyspace>[string]."""
+            message = self.message
+            out = io.BytesIO()
+            message.send_body(out, protocol_version)
+            tail = 4 + (2 if message.serial_consistency_level else 0)
+            tail += 8 if message.timestamp is not None else 0
+            if message.keyspace is not None:
+                tail += 2 + len(message.keyspace.encode("utf-8"))
+            body = bytearray(out.getvalue())
+            return body, len(body) - tail
 
     class Handler(base):  # type: ignore[misc]
         accord_now_in_seconds = True

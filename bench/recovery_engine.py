@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,8 +70,6 @@ WRITER_INSTANCES = 64
 # Starts per measured phase. 400 was a burst, not a rate: the ordered mode's 128-in-flight
 # create phase ended in 0.13 s, inside Cassandra's memtable, and read 2-3x its steady rate.
 STARTS_PER_PHASE = 2000
-# The launched node's pid, for Cassandra's CPU per start (None: a node this run did not start).
-_CASSANDRA_PID: list[int] = []
 _TRACE = re.compile(r"Read (\d+) live rows? and (\d+) tombstone cells?")
 
 
@@ -128,7 +126,7 @@ def _server_writes(session: Any, keyspaces: tuple[str, ...]) -> int:
 # -- starts per commit mode ------------------------------------------------------------------
 
 
-def _cpu_seconds(pids: list[int]) -> float:
+def _cpu_seconds(pids: Sequence[int]) -> float:
     """User + system CPU seconds of ``pids`` so far (0 for one that is gone)."""
     total = 0.0
     for pid in pids:
@@ -149,7 +147,10 @@ async def _starts(
     *,
     concurrency: int = 32,
     sidecar_pids: list[int] | None = None,
+    cassandra_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
+    """``cassandra_pids``: the node this run launched, for its CPU per start (empty: a
+    running node's, not measured)."""
     count = 40 if quick else STARTS_PER_PHASE
     concurrency = min(concurrency, 8) if quick else concurrency
     settings = _settings(f"starts-{uuid.uuid4().hex[:6]}", recovery)
@@ -173,11 +174,11 @@ async def _starts(
             retries_before = engine.gateway.retries if engine.gateway else 0
             server_before = await asyncio.to_thread(_server_writes, session, keyspaces)
             sidecar_cpu, own_cpu = _cpu_seconds(sidecar_pids or []), _cpu_seconds([os.getpid()])
-            cassandra_cpu = _cpu_seconds(_CASSANDRA_PID)
+            cassandra_cpu = _cpu_seconds(cassandra_pids)
             seconds = await _bounded(count, concurrency, job)
             sidecar_cpu = _cpu_seconds(sidecar_pids or []) - sidecar_cpu
             own_cpu = _cpu_seconds([os.getpid()]) - own_cpu
-            cassandra_cpu = _cpu_seconds(_CASSANDRA_PID) - cassandra_cpu
+            cassandra_cpu = _cpu_seconds(cassandra_pids) - cassandra_cpu
             server_after = await asyncio.to_thread(_server_writes, session, keyspaces)
             accord_after = engine.gateway.transactions if engine.gateway else 0
             figures[name] = {
@@ -187,7 +188,7 @@ async def _starts(
                 "sidecar_cpu_ms_per_start": round(1000 * sidecar_cpu / count, 2),
                 "client_cpu_ms_per_start": round(1000 * own_cpu / count, 2),
                 "cassandra_cpu_ms_per_start": (
-                    round(1000 * cassandra_cpu / count, 2) if _CASSANDRA_PID else None
+                    round(1000 * cassandra_cpu / count, 2) if cassandra_pids else None
                 ),
                 # Transactions sent again (unknown outcome, overload, refused connection).
                 "accord_retries": (engine.gateway.retries - retries_before)
@@ -445,7 +446,12 @@ def _bucket(writer: Any, window: Any) -> Any:
 
 
 async def _run_on(
-    contact_point: tuple[str, int], quick: bool, profile: bool, *, drop: bool = True
+    contact_point: tuple[str, int],
+    quick: bool,
+    profile: bool,
+    *,
+    drop: bool = True,
+    cassandra_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     from accord_cassandra.cluster import LocalSidecars
 
@@ -472,7 +478,9 @@ async def _run_on(
             )
             async with running(sidecars, 90.0):
                 report.update(
-                    await _measure(contact_point, keyspace, sidecars, quick, profile, work)
+                    await _measure(
+                        contact_point, keyspace, sidecars, quick, profile, work, cassandra_pids
+                    )
                 )
         if drop:
             for name in (keyspace, default_accord_keyspace(keyspace)):
@@ -507,6 +515,7 @@ async def _measure(
     quick: bool,
     profile: bool,
     work: str,
+    cassandra_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     report: dict[str, Any] = {}
     modes = {
@@ -528,6 +537,7 @@ async def _measure(
                 quick,
                 concurrency=concurrency,
                 sidecar_pids=pids if name == "accord" else [],
+                cassandra_pids=cassandra_pids,
             )
             for name, recovery in modes.items()
         }
@@ -688,9 +698,10 @@ def run(*, quick: bool, profile: bool) -> dict[str, Any]:
         try:
             cluster.start()
             pid = cluster.node_pid(1)
-            _CASSANDRA_PID[:] = [pid] if pid is not None else []
             report["cassandra"] = f"1 local node, Cassandra {spec.version}, heap {spec.heap_mb} MiB"
-            report.update(asyncio.run(_run_on((node_ip, spec.native_port), quick, profile)))
+            node = (node_ip, spec.native_port)
+            pids = [pid] if pid is not None else []
+            report.update(asyncio.run(_run_on(node, quick, profile, cassandra_pids=pids)))
         finally:
             cluster.stop(clean=True)
     report["figures"] = figures(report)

@@ -467,10 +467,6 @@ class ChangeBatcher:
             return await self.gateway.transact(change._build), False
         return outcome, batched
 
-    @property
-    def in_flight(self) -> int:
-        return sum(group.busy for group in self._groups)
-
     def _flush(self, group: _Group) -> None:
         if group.busy or not group.queue:
             return
