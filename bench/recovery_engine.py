@@ -18,6 +18,10 @@ mode, and measures:
   and M tombstone cells") for an even (retry) bucket, and for an odd (restore) bucket whose
   sagas all completed, in both modes; plus the Tier-3/Tier-4 reads of a pass.
 
+The starts phases run after an unmeasured warm-up round of both modes on the same node
+(``warm_up`` in the JSON keeps its figures): a fresh JVM spends its first minute of load
+compiling.
+
 Nothing asserts on time; the figures are whatever this machine gives. ``python -m bench
 recovery [--quick] [--profile]`` writes them as JSON, Markdown and PNG (bench/report.py);
 ``python -m bench.recovery_engine [--quick] [--profile]`` prints the JSON.
@@ -70,6 +74,10 @@ WRITER_INSTANCES = 64
 # Starts per measured phase. 400 was a burst, not a rate: the ordered mode's 128-in-flight
 # create phase ended in 0.13 s, inside Cassandra's memtable, and read 2-3x its steady rate.
 STARTS_PER_PHASE = 2000
+# Starts per mode and kind in the unmeasured warm-up round. On a fresh node the JIT compiles
+# for the first minute of load (C2 threads took 0.5-0.6 of this machine's 2 cores through the
+# first accord phases): unwarmed, the first phases measured the compiler, not the modes.
+WARM_UP_STARTS = 2000
 _TRACE = re.compile(r"Read (\d+) live rows? and (\d+) tombstone cells?")
 
 
@@ -148,10 +156,11 @@ async def _starts(
     concurrency: int = 32,
     sidecar_pids: list[int] | None = None,
     cassandra_pids: Sequence[int] = (),
+    count: int | None = None,
 ) -> dict[str, Any]:
     """``cassandra_pids``: the node this run launched, for its CPU per start (empty: a
-    running node's, not measured)."""
-    count = 40 if quick else STARTS_PER_PHASE
+    running node's, not measured). ``count``: starts per kind (default STARTS_PER_PHASE)."""
+    count = 40 if quick else (count or STARTS_PER_PHASE)
     concurrency = min(concurrency, 8) if quick else concurrency
     settings = _settings(f"starts-{uuid.uuid4().hex[:6]}", recovery)
     runtime = await open_runtime(settings, driver_config=_driver(contact_point, keyspace))
@@ -526,6 +535,20 @@ async def _measure(
     if profiler is not None:
         profiler.enable()
     pids = [sidecar.process.pid for sidecar in sidecars.sidecars.values() if sidecar.process]
+    warm_up_started = time.perf_counter()
+    report["warm_up"] = {
+        name: await _starts(
+            contact_point,
+            keyspace,
+            recovery,
+            quick,
+            sidecar_pids=pids if name == "accord" else [],
+            cassandra_pids=cassandra_pids,
+            count=WARM_UP_STARTS,
+        )
+        for name, recovery in modes.items()
+    }
+    report["warm_up"]["seconds"] = round(time.perf_counter() - warm_up_started, 1)
     # Both modes at the usual 32 starts in flight, then at 128: if the accord mode were
     # bound by its commit latency, more in flight would raise its rate.
     for key, concurrency in (("starts", 32), ("starts_128_in_flight", 128)):
@@ -594,9 +617,11 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
             "starts",
             "Saga starts per second and writes per start, per commit mode",
             layer=layer,
-            method="create = watchdog + es_transaction; saga = a whole one-step saga. Client "
-            "writes counted by the store's CqlSession; server writes from Cassandra's "
-            "system_views.local_write_latency (Accord rows once: one writing sidecar per shard).",
+            method="create = watchdog + es_transaction; saga = a whole one-step saga; after an "
+            f"unmeasured warm-up round of both modes ({WARM_UP_STARTS} of each kind, 32 in "
+            "flight) on the same node. Client writes counted by the store's CqlSession; server "
+            "writes from Cassandra's system_views.local_write_latency (partition updates; Accord "
+            "rows once: one writing sidecar per shard).",
             columns=[
                 "mode",
                 "what",
