@@ -358,6 +358,13 @@ class SidecarHost:
         if admitted is not None:
             self._charge(*admitted)
 
+    def peer_reachable(self, peer: int, reachable: bool) -> None:
+        """The transport's word on ``peer`` (see :meth:`accord.Node.peer_reachable`): the
+        transactions it coordinated are recovered after the floor delay while it cannot
+        be reached, not after the delay learned from live latencies."""
+        self.node.peer_reachable(peer, reachable)
+        self._wake.set()
+
     def _admit(self, envelope: Envelope) -> tuple[int, Timestamp] | None:
         """Refuse a new transaction whose coordinator already has too much undecided here."""
         body = envelope.body

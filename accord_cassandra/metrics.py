@@ -118,6 +118,12 @@ class SidecarCollector(Collector):
         for peer, depth in sorted(peers.queue_depths().items()):
             depths.add_metric([str(peer)], depth)
         yield depths
+        yield _gauge(
+            "accord_peers_unreachable",
+            "Peers whose last delivery found nobody listening (their transactions are "
+            "recovered after the floor delay)",
+            len(peers.unreachable()),
+        )
         yield _counter(
             "accord_peer_messages_dropped", "Peer messages dropped", peers.metrics.dropped
         )

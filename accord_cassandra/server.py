@@ -898,6 +898,7 @@ class Sidecar:
             admission=admission_control(config),
             bugs=Bugs(**dict.fromkeys(config.planted_bugs, True)),
         )
+        self.peers.on_reachability = self.host.peer_reachable
         peer_servicer = PeerServicer(
             config.node_id, self.host.deliver, self.peers.metrics, self.peer_auth.check
         )

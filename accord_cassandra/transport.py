@@ -233,9 +233,14 @@ class PeerSender:
         stamper: BatchStamper,
         frames: Callable[[], Awaitable[FrameConnection]] | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        on_reachability: Callable[[int, bool], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
+        # Told when the peer turns unreachable (a connection refused or reset, gRPC's
+        # UNAVAILABLE) and when a batch reaches it again: transitions only.
+        self.on_reachability = on_reachability
+        self.reachable = True
         self.stamper = stamper
         self.channel = channel
         self.stub = peer_pb2_grpc.PeerStub(channel)
@@ -354,7 +359,7 @@ class PeerSender:
             try:
                 connection = self._connection = await connect()
             except (OSError, TimeoutError) as error:
-                self._failed(batch, f"cannot connect: {error!r}")
+                self._failed(batch, f"cannot connect: {error!r}", unreachable=True)
                 return
         data = self._request(batch).SerializeToString()
         if len(data) > self.max_frame_bytes:
@@ -393,11 +398,24 @@ class PeerSender:
         self.metrics.sent += len(batch)
         self.metrics.batches_sent += 1
         self._backoff = 0.05
+        if not self.reachable:
+            self._reach(True)
 
-    def _failed(self, batch: list[bytes], code: object) -> None:
+    def _reach(self, reachable: bool) -> None:
+        self.reachable = reachable
+        logger.info("node=%d is %s", self.peer_id, "reachable" if reachable else "unreachable")
+        if self.on_reachability is not None:
+            self.on_reachability(self.peer_id, reachable)
+
+    def _failed(self, batch: list[bytes], code: object, *, unreachable: bool = False) -> None:
+        """``unreachable``: the peer could not be reached at all (nothing listens, the
+        connection was refused or reset), as opposed to a batch that failed on a live link
+        (refused, timed out: the peer may only be slow)."""
         self.metrics.failed_batches += 1
         self.metrics.dropped += len(batch)
         logger.debug("delivery to node=%d failed: %s", self.peer_id, code)
+        if (unreachable or code is grpc.StatusCode.UNAVAILABLE) and self.reachable:
+            self._reach(False)
         # A peer that is down: space the next attempts out instead of spinning.
         self._backoff_until = asyncio.get_running_loop().time() + self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_SECONDS_MAX)
@@ -506,6 +524,9 @@ class Peers:
         and where; ``connect_frames`` makes, for one such address, what opens a connection to
         it. The other peers get gRPC's Peer.Stream."""
         self.metrics = TransportMetrics()
+        # Set by the owner once it exists (the host is built after its transport): who is
+        # told that a peer turned unreachable or reachable again.
+        self.on_reachability: Callable[[int, bool], None] | None = None
         frame_addresses = frame_addresses or {}
         self.senders = {
             peer: PeerSender(
@@ -518,6 +539,7 @@ class Peers:
                 if connect_frames is not None and peer in frame_addresses
                 else None,
                 max_frame_bytes,
+                self._reachability,
             )
             for peer, address in sorted(addresses.items())
             if peer != node_id
@@ -530,6 +552,14 @@ class Peers:
     def start(self) -> None:
         for sender in self.senders.values():
             sender.start()
+
+    def _reachability(self, peer: int, reachable: bool) -> None:
+        if self.on_reachability is not None:
+            self.on_reachability(peer, reachable)
+
+    def unreachable(self) -> list[int]:
+        """The peers whose last delivery found nobody to talk to."""
+        return [peer for peer, sender in self.senders.items() if not sender.reachable]
 
     def send(self, envelope: Envelope) -> None:
         sender = self.senders.get(envelope.dest)

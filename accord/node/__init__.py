@@ -170,6 +170,8 @@ class Node:
         self._progress_cids: set[int] = set()
         # Txns learned durable since the last ready(), journaled as one Durable record.
         self._durable_pending: list[TxnId] = []
+        # Peers the host's transport could not reach (see peer_reachable).
+        self.unreachable: set[int] = set()
         config = self.config
         self.recover_delay = RecoverDelay(
             floor_micros=config.recover_delay_micros,
@@ -328,6 +330,25 @@ class Node:
             if self._asking:
                 self._ask_outcomes(now)
             self._expire_clients(now)
+
+    def peer_reachable(self, peer: int, reachable: bool) -> None:
+        """What the host's transport learned of ``peer``: a connection to it failed
+        (``False``: refused, reset) or works again (``True``).
+
+        The progress log recovers a txn whose original coordinator is unreachable after the
+        configured floor (``recover_delay_micros``) rather than the delay learned from
+        latencies: that one tracks how slow *live* coordinators are, up to
+        ``recover_delay_max_micros`` after a loaded spell, while a coordinator that cannot
+        be reached will not finish anything. A wrong report costs only an early recovery,
+        which is safe, as any recovery that races a live coordinator is.
+        """
+        check_argument(peer in self.topology.nodes(), "node %d is not in the topology", peer)
+        if peer == self.node_id:
+            return
+        if reachable:
+            self.unreachable.discard(peer)
+        else:
+            self.unreachable.add(peer)
 
     def read_done(self, txn_id: TxnId, values: Mapping[Key, Value]) -> None:
         """The data read requested by a ``DataRead`` finished."""

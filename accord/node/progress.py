@@ -44,8 +44,10 @@ def scan_progress(node: Node, now: int) -> None:
     if budget <= 0:
         node.stats.progress_deferred += 1
         return
-    delay_home = node.recover_delay.home()
-    delay_other = node.recover_delay.other()
+    recover_delay = node.recover_delay
+    learned_home = recover_delay.home()
+    learned_other = recover_delay.other()
+    unreachable = node.unreachable
     for command in sorted(node.store.active(), key=_txn_id_of):
         if command.txn_id in node._coordinating:
             continue
@@ -57,12 +59,22 @@ def scan_progress(node: Node, now: int) -> None:
             # they waited for was never recovered. The deps are active (or chased by key)
             # and are taken up here themselves.
             continue
+        if command.txn_id.node in unreachable:
+            # Its coordinator (and, under shared storage, its writer) cannot be reached:
+            # the floors, not what live coordinators' latencies taught; and a chosen
+            # outcome is written here after the home floor, as nobody else will sooner.
+            delay_home = recover_delay.floor_micros
+            delay_other = recover_delay.floor_other_micros
+            delay_take_over = delay_home
+        else:
+            delay_home = learned_home
+            delay_other = delay_take_over = learned_other
         home = command.route is not None and node.store.owns(command.route.home_key)
         if command.status is _STATUS_PRE_APPLIED and command.chosen:
             # Chosen and executable, so only the shared store's writer is awaited. Its
             # write may just be slow: taking over early costs a second write (a quick
             # bench run at load 20 took 1.23 writes per row with recover_delay_micros).
-            if now - command.last_progress_micros >= delay_other:
+            if now - command.last_progress_micros >= delay_take_over:
                 node.store.take_over(command.txn_id)
             continue
         delay = delay_home if home else delay_other
@@ -108,7 +120,7 @@ def scan_progress(node: Node, now: int) -> None:
         if command.txn_id in node._coordinating:
             continue
         delay = min(
-            delay_home << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
+            learned_home << min(command.recovery_attempts, 6), config.recover_backoff_max_micros
         )
         if now - command.last_progress_micros < delay + node.rng.randrange(max(1, delay // 2)):
             continue

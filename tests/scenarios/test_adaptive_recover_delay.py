@@ -101,3 +101,61 @@ def test_a_dead_coordinator_is_still_recovered_within_the_learned_delay() -> Non
     for node_id in (2, 3):
         assert net.nodes[node_id].recover_delay.sample_count() == samples[node_id]
         assert net.nodes[node_id].recover_delay.home() == learned[node_id]
+
+
+def _recovery_time_after_death(net: Net, *, report_unreachable: bool) -> int:
+    """Node 1 dies once its PreAccepts of a new txn arrived; how long until a survivor
+    starts recovering it. With ``report_unreachable`` the survivors' transports tell them
+    at once that node 1 cannot be reached (its connections were refused)."""
+    txn_id: TxnId = net.nodes[1].submit(98, append(98))
+    net.flush(1)
+    net.deliver(lambda e: e.src == 1)
+    del net.nodes[1]
+    net.drop(lambda e: 1 in (e.src, e.dest))
+    if report_unreachable:
+        for node_id in (2, 3):
+            net.nodes[node_id].peer_reachable(1, False)
+    died = net.clock.micros
+    recovered_after = None
+    for _ in range(600):
+        net.tick(100 * MS)
+        if recovered_after is None and recoveries(net) > 0:
+            recovered_after = net.clock.micros - died
+        net.deliver(lambda e: e.dest != 1)
+        net.drop(lambda e: e.dest == 1)
+        if all(
+            (s := net.snapshot(n, txn_id)) is not None and s.status is Status.APPLIED
+            for n in (2, 3)
+        ):
+            break
+    else:
+        raise AssertionError("the survivors never applied the dead coordinator's txn")
+    assert recovered_after is not None
+    assert net.data[2][A][1][-1] == 98
+    return recovered_after
+
+
+def test_an_unreachable_coordinator_is_recovered_after_the_floor_not_the_learned_delay() -> None:
+    # After a slow spell the survivors learned 3.2 s. A coordinator their transports cannot
+    # reach (its connections refused: SIGKILLed) will not finish anything, so its txn is
+    # recovered after the 1 s floor; without the report, after the learned delay. Before
+    # the report reached the progress log, a sidecar killed after a loaded test left the
+    # survivors answering nothing for 8-11 s.
+    times = {}
+    for report in (False, True):
+        net = Net(recover_delay_micros=FLOOR)
+        run(net, 20, 400 * MS, first=0)
+        assert {n.recover_delay.home() for n in net.nodes.values()} == {3_200 * MS}
+        times[report] = _recovery_time_after_death(net, report_unreachable=report)
+    assert times[False] >= 3_200 * MS, times
+    assert FLOOR <= times[True] <= FLOOR * 3 // 2 + 100 * MS, times
+
+
+def test_a_peer_reachable_again_is_waited_for_as_before() -> None:
+    net = Net(recover_delay_micros=FLOOR)
+    run(net, 20, 400 * MS, first=0)
+    for node_id in (2, 3):
+        net.nodes[node_id].peer_reachable(1, False)
+        net.nodes[node_id].peer_reachable(1, True)
+        assert net.nodes[node_id].unreachable == set()
+    assert _recovery_time_after_death(net, report_unreachable=False) >= 3_200 * MS

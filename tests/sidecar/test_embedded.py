@@ -527,6 +527,49 @@ def test_a_restarted_embedded_sidecar_still_has_its_rows(embedded: LocalSidecars
         assert c.transact(reader).rows == expected
 
 
+def _unreachable_seen(address: str) -> float:
+    return metrics_of(address)["accord_peers_unreachable"]
+
+
+def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:.0f} s: {what}")
+        time.sleep(0.05)
+
+
+def test_survivors_learn_a_killed_peer_is_unreachable_and_reachable_again(
+    embedded: LocalSidecars,
+) -> None:
+    # The transport's word reaches the node: a dead coordinator's transactions are then
+    # recovered after the floor delay, not the one learned from live latencies
+    # (tests/scenarios/test_adaptive_recover_delay.py has the timing).
+    survivors = [embedded.sidecars[1], embedded.sidecars[2]]
+    for sidecar in survivors:
+        assert _unreachable_seen(sidecar.metrics_address) == 0
+    embedded.sidecars[3].kill()
+    try:
+        # Every transaction is sent to the dead replica too; those sends find nobody.
+        for index, sidecar in enumerate(survivors):
+            t = Transaction().update("bank", "accounts", f"reach-{index}", balance=1, tag=0)
+            with client(sidecar.address) as c:
+                assert c.transact(t).applied
+        for sidecar in survivors:
+            _wait_for(
+                lambda s=sidecar: _unreachable_seen(s.metrics_address) == 1,
+                f"sidecar {sidecar.address} reports the killed peer unreachable",
+            )
+    finally:
+        embedded.restart(3, timeout=60)
+    serving_everywhere(embedded)
+    for sidecar in survivors:
+        _wait_for(
+            lambda s=sidecar: _unreachable_seen(s.metrics_address) == 0,
+            f"sidecar {sidecar.address} reports the restarted peer reachable",
+        )
+
+
 # ---------------------------------------------------------------------------- clustered bank
 
 
