@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from stacksaga_store.config.kafka import KafkaProperties
+from stacksaga_store.kafka.worker import stop_consumer
 from stacksaga_store.saga.orchestrator import Orchestrator
 from stacksaga_store.store.states import FINAL_STATUSES, RunningStatus
 
@@ -71,7 +72,7 @@ async def wait_caught_up(
             await asyncio.sleep(0.3)
     finally:
         await admin.close()
-        await consumer.stop()
+        await stop_consumer(consumer)
 
 
 async def read_topic(kafka: KafkaProperties, topic: str) -> list[Any]:
@@ -100,7 +101,7 @@ async def read_topic(kafka: KafkaProperties, topic: str) -> list[Any]:
                 records.extend(part)
         return records
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
 
 
 def effects(session: Any, keyspace: str, txn: uuid.UUID) -> list[tuple[str, str, int]]:

@@ -180,3 +180,63 @@ def test_a_failed_start_stops_the_producer_it_made(
     asyncio.run(scenario())
     assert "Unclosed AIOKafkaProducer" not in reported
     assert set(threading.enumerate()) <= threads
+
+
+class _FetchBrokenOffConsumer:
+    """Stands in for an AIOKafkaConsumer whose stop() meets a fetch sleeping out its retry
+    backoff: aiokafka 0.14's Fetcher.close cancels each pending fetch and awaits it, so that
+    cancellation comes out of stop(), and the later fetches and the client stay open."""
+
+    def __init__(self) -> None:
+        self._fetcher = SimpleNamespace(_pending_tasks=set())
+        self.closed_client = False
+        self._client = SimpleNamespace(close=self._close_client)
+
+    async def _close_client(self) -> None:
+        self.closed_client = True
+
+    async def stop(self) -> None:
+        for fetch in list(self._fetcher._pending_tasks):
+            fetch.cancel()
+            await fetch
+        await self._client.close()
+
+
+def test_a_consumer_stop_broken_off_by_a_fetch_in_backoff_is_finished() -> None:
+    async def scenario() -> None:
+        bare = _FetchBrokenOffConsumer()
+        bare._fetcher._pending_tasks.add(asyncio.create_task(asyncio.sleep(30)))
+        await asyncio.sleep(0)
+        with pytest.raises(asyncio.CancelledError):
+            await bare.stop()  # what the worker called before
+        assert not bare.closed_client
+
+        consumer = _FetchBrokenOffConsumer()
+        fetches = [asyncio.create_task(asyncio.sleep(30)) for _ in range(3)]
+        consumer._fetcher._pending_tasks.update(fetches)
+        await asyncio.sleep(0)
+        await worker.stop_consumer(cast("Any", consumer))  # returns: finished, not broken off
+        assert all(f.cancelled() for f in fetches)
+        assert consumer.closed_client, "the consumer's client was left open"
+
+    asyncio.run(scenario())
+
+
+def test_stopping_a_consumer_passes_on_the_callers_own_cancellation() -> None:
+    async def scenario() -> None:
+        consumer = _FetchBrokenOffConsumer()
+        in_stop = asyncio.Event()
+
+        async def stop() -> None:
+            in_stop.set()
+            await asyncio.sleep(30)  # a fetch that takes its time to finish
+
+        consumer.stop = stop  # type: ignore[method-assign]
+        stopping = asyncio.create_task(worker.stop_consumer(cast("Any", consumer)))
+        await in_stop.wait()
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        assert not consumer.closed_client, "a cancelled stop went on as if a fetch broke it off"
+
+    asyncio.run(scenario())
