@@ -72,7 +72,9 @@ FAULT_NAMES: tuple[str, ...] = (
     "slow_links",
 )
 # Faults "all" leaves out, so the seeds of "all" keep their trajectories.
-OPT_IN_FAULT_NAMES: tuple[str, ...] = ("early_crashes",)
+OPT_IN_FAULT_NAMES: tuple[str, ...] = ("early_crashes", "detector")
+# How long a node's transport takes to find a crashed or cut-off peer unreachable.
+DETECT_MICROS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,11 @@ class Faults:
     # the batch reached its journal. Opt-in: not part of "all", whose seeds keep their
     # trajectories.
     early_crashes: bool = False
+    # Not a fault but a failure detector, as the sidecars' transport is one: nodes are told
+    # (Node.peer_reachable) when a peer crashed or their link to it is cut, and when it is
+    # back. Partitioned peers are alive, so their txns are recovered early while their
+    # coordinators still drive them: more recoveries racing live coordinators. Opt-in.
+    detector: bool = False
 
     @staticmethod
     def parse(spec: str) -> Faults:
@@ -97,6 +104,8 @@ class Faults:
         if spec == "all":
             return Faults(**dict.fromkeys(FAULT_NAMES, True))
         chosen = {part.strip() for part in spec.split(",") if part.strip()}
+        if "all" in chosen:  # "all,early_crashes": every fault plus opt-in ones
+            chosen = (chosen - {"all"}) | set(FAULT_NAMES)
         unknown = sorted(chosen - names)
         if unknown:
             raise ValueError(
@@ -309,6 +318,11 @@ class Cluster:
             self.blocked.discard(payload)
         elif kind == "speed-up":
             self.slow.discard(payload)
+        elif kind == "reach":
+            observer, peer, reachable = payload
+            node = self.slots[observer].node
+            if node is not None:
+                node.peer_reachable(peer, reachable)
 
     # ------------------------------------------------------------------ node lifecycle
 
@@ -325,6 +339,13 @@ class Cluster:
             bugs=self.bugs,
             journal=records,
         )
+        if self.faults.detector:
+            for peer, other in self.slots.items():
+                if peer != node_id and other.node is None:
+                    slot.node.peer_reachable(peer, False)
+            for source, dest in self.blocked:
+                if source == node_id:
+                    slot.node.peer_reachable(dest, False)
         self._flush(node_id)
 
     def _retire(self, stats: NodeStats) -> None:
@@ -369,6 +390,7 @@ class Cluster:
         slot.crashes += 1
         self._note("crash", node_id)
         self._schedule(down_micros, "restart", node_id)
+        self._tell_reach(node_id, False)
 
     def restart(self, node_id: int) -> None:
         slot = self.slots[node_id]
@@ -376,6 +398,7 @@ class Cluster:
             return
         self._note("restart", node_id)
         self._start(node_id)
+        self._tell_reach(node_id, True)
         self._schedule(self.rng.randrange(TICK_MICROS), "tick", (node_id, slot.incarnation))
 
     # ------------------------------------------------------------------ clients
@@ -626,10 +649,21 @@ class Cluster:
         if self._must_refuse:
             self._must_refuse.clear()
 
+    def _tell_reach(self, peer: int, reachable: bool) -> None:
+        """With the detector on: every other node hears soon that ``peer`` went or came."""
+        if not self.faults.detector:
+            return
+        for observer in sorted(self.slots):
+            if observer != peer:
+                self._schedule(DETECT_MICROS, "reach", (observer, peer, reachable))
+
     def partition(self, blocked: set[tuple[int, int]], *, heal_after_micros: int) -> None:
         for link in sorted(blocked):
             self.blocked.add(link)
             self._schedule(heal_after_micros, "heal", link)
+            if self.faults.detector:
+                self._schedule(DETECT_MICROS, "reach", (*link, False))
+                self._schedule(heal_after_micros + DETECT_MICROS, "reach", (*link, True))
         self._note("partition", len(blocked))
 
     def slow_down(self, links: set[tuple[int, int]], *, for_micros: int) -> None:
@@ -644,6 +678,11 @@ class Cluster:
         self.faults_active = False
         for node_id in sorted(self.slots):
             self.restart(node_id)
+        if self.faults.detector:
+            for _, slot in sorted(self.slots.items()):
+                if slot.node is not None:
+                    for peer in sorted(slot.node.unreachable):
+                        slot.node.peer_reachable(peer, True)
 
     def _note(self, what: str, detail: int) -> None:
         self._trace = hash((self._trace, self.now, _EVENT_CODES[what], detail))

@@ -33,6 +33,12 @@ def _explain(result: RunResult) -> str:
     )
 
 
+# Nodes told when a peer crashed or their link to it was cut (Node.peer_reachable), as the
+# sidecars' transport tells them: a cut-off coordinator that is alive has its txns
+# recovered after the floor delay while it still drives them.
+DETECTOR = dataclasses.replace(ALL_FAULTS, detector=True)
+
+
 # Group commit (NodeConfig.batch_max_parts): the simulated host holds submissions for up
 # to 30 ms, so client transactions arriving together are coordinated as one batch.
 BATCHING: dict[str, object] = {"batch_max_parts": 8, "batch_window_micros": 30_000}
@@ -183,6 +189,7 @@ def test_burn_test_has_teeth(bug: str) -> None:
         ("batching-shared-storage", 5),
         ("early-crashes", 10),
         ("early-crashes-shared-storage", 5),
+        ("detector-shared-storage", 10),
     ],
 )
 def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -> None:
@@ -196,6 +203,7 @@ def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -
         "batching-shared-storage": {**SHARED, **BATCHING, "clients": 24},
         "early-crashes": EARLY,
         "early-crashes-shared-storage": {**SHARED, **EARLY},
+        "detector-shared-storage": {**SHARED, "faults": DETECTOR},
     }[profile]
     config = BurnConfig(**{"txns": 200, "faults": ALL_FAULTS, **extra})  # type: ignore[arg-type]
     batched = 0
@@ -204,3 +212,20 @@ def test_the_correct_protocol_survives_every_profile(profile: str, seeds: int) -
         assert result.passed, _explain(result)
         batched += _batched(result)
     assert batched > 0 or config.batch_max_parts == 1
+
+
+def test_the_simulated_detector_tells_nodes_of_crashes_and_cuts_and_of_their_end() -> None:
+    from accord.sim.cluster import DETECT_MICROS, Cluster
+    from accord.topology import ring_topology
+
+    assert Faults.parse("all,detector") == DETECTOR
+    cluster = Cluster(ring_topology([1, 2, 3], 3), seed=1, faults=Faults(detector=True))
+    cluster.crash(3, down_micros=1_000_000)
+    cluster.partition({(1, 2)}, heal_after_micros=500_000)
+    cluster.run_until(lambda: False, deadline_micros=cluster.now + 2 * DETECT_MICROS)
+    unreachable = {n: cluster.node(n).unreachable for n in (1, 2)}  # type: ignore[union-attr]
+    assert unreachable == {1: {2, 3}, 2: {3}}
+    cluster.run_until(lambda: False, deadline_micros=600_000)
+    assert cluster.node(1).unreachable == {3}  # type: ignore[union-attr]
+    cluster.run_until(lambda: False, deadline_micros=1_100_000)
+    assert all(cluster.node(n).unreachable == set() for n in (1, 2, 3))  # type: ignore[union-attr]
