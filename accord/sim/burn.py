@@ -5,7 +5,8 @@ A run has two phases (after TigerBeetle's VOPR and FoundationDB's "unclogged" ph
 1. **Safety**: clients issue transactions while the nemesis drops, delays, duplicates and
    partitions messages, crashes and restarts nodes, and skews clocks.
 2. **Liveness**: faults stop, every node is up, and every transaction that any replica
-   knows must reach Applied or Invalidated within a bounded virtual time.
+   knows must reach Applied or Invalidated, and every applied one must be known applied
+   by all its replicas (durable), within a bounded virtual time.
 
 Then the history is checked by the independent verifier in ``accord.sim.verify``, and the
 replicas of every key must hold identical data. A run fails with its seed, which
@@ -128,6 +129,8 @@ class RunResult:
     verdict: Verdict | None = None
     error: str | None = None
     unfinished: int = 0
+    # Applied at a home replica, not yet known applied by every replica, when liveness ended.
+    undurable: int = 0
     divergent: int = 0
     digest: str = ""
     sim_micros: int = 0
@@ -147,6 +150,7 @@ class RunResult:
             and self.verdict is not None
             and self.verdict.valid
             and self.unfinished == 0
+            and self.undurable == 0
             and self.divergent == 0
         )
 
@@ -168,6 +172,11 @@ class RunResult:
             return f"FAIL history: {self.verdict.summary()}"
         if self.unfinished:
             return f"FAIL liveness: {self.unfinished} transactions undecided after faults healed"
+        if self.undurable:
+            return (
+                f"FAIL liveness: {self.undurable} applied transactions not known applied by "
+                "every replica after faults healed"
+            )
         if self.divergent:
             return f"FAIL divergence: {self.divergent} keys differ between replicas"
         return "ok"
@@ -187,6 +196,7 @@ class RunResult:
             "recoveries": self.recoveries,
             "invalidations": self.invalidations,
             "unfinished": self.unfinished,
+            "undurable": self.undurable,
             "divergent": self.divergent,
             "messages": self.messages,
             "messages_by_type": dict(sorted(self.messages_by_type.items())),
@@ -500,7 +510,11 @@ def _run_liveness(cluster: Cluster, config: BurnConfig) -> None:
     settled = [False]
 
     def probe() -> None:
-        settled[0] = not cluster.unfinished()
+        # Not only what some replica knows undecided: a txn applied by some replicas may be
+        # unknown to another that no Apply reached (cut off, its coordinator crashed since);
+        # the home shard's progress log re-sends it until every replica applied it. Replicas
+        # are compared (divergent_keys) only once that happened.
+        settled[0] = not cluster.unfinished() and not cluster.undurable()
         if not settled[0]:
             cluster.schedule_call(200_000, probe)
 
@@ -512,6 +526,7 @@ def _collect(cluster: Cluster, result: RunResult, issued: int) -> None:
     result.txns = issued
     result.sim_micros = cluster.now
     result.unfinished = len(cluster.unfinished())
+    result.undurable = len(cluster.undurable())
     result.divergent = len(cluster.divergent_keys())
     result.digest = cluster.digest
     result.messages = cluster.network.sent

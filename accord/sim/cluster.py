@@ -711,8 +711,21 @@ class Cluster:
                 stuck.append((node_id, command.txn_id, command.status))
         return stuck
 
+    def undurable(self) -> list[tuple[int, TxnId]]:
+        """Txns that a live home-shard replica applied and has not yet learned every replica
+        applied (``InformDurable``): its progress log re-sends their Apply until it does. A
+        replica the Apply never reached may not know the txn at all, so :meth:`unfinished`
+        does not see it; until these are gone, replicas' data may legitimately differ."""
+        pending: list[tuple[int, TxnId]] = []
+        for node_id in sorted(self.slots):
+            node = self.slots[node_id].node
+            if node is not None:
+                pending.extend((node_id, c.txn_id) for c in node.store.undurable())
+        return sorted(pending)
+
     def divergent_keys(self) -> list[Key]:
-        """Keys whose replicas hold different values."""
+        """Keys whose replicas hold different values (meaningful once nothing is
+        :meth:`unfinished` or :meth:`undurable`)."""
         bad = []
         keys: set[Key] = set()
         for store in self.stores.values():
