@@ -213,7 +213,7 @@ class MemoryDataStore:
         if len(columns) != len(write.value):
             return write
         row = tuple(
-            check_type(f"{table.qualified}.{name}", cql_type, value)
+            check_type(table.where(name), cql_type, value)
             for (name, cql_type), value in zip(columns, write.value, strict=True)
         )
         return dataclasses.replace(write, value=row)

@@ -330,6 +330,10 @@ def _walk(t: CqlType) -> list[CqlType]:
     return out
 
 
+# Partition keys each table remembers (TableSchema.key) before it starts afresh.
+KEYS_REMEMBERED = 8192
+
+
 @dataclass(frozen=True, slots=True)
 class TableSchema:
     keyspace: str
@@ -342,8 +346,20 @@ class TableSchema:
     # naming one are rewritten to their canonical text (CqlType.text), which spells it out.
     udts: UserTypes = field(default_factory=dict, repr=False, compare=False)
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
+    # Derived once: every value written or read is checked against its column, and a
+    # saga-store batch names thousands of them (formatting "ks.table.column" for each check
+    # and scanning the column tuples was a tenth of translating such a request).
+    _qualified: str = field(init=False, repr=False, compare=False)
+    _where: dict[str, str] = field(init=False, repr=False, compare=False)
+    _types: dict[str, str] = field(init=False, repr=False, compare=False)
+    _static_index: dict[str, int] = field(init=False, repr=False, compare=False)
+    _clustering_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    _keys: dict[tuple[tuple[type, ...], tuple[object, ...]], Key] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_qualified", f"{self.keyspace}.{self.table}")
         if not self.partition_key:
             raise SchemaError(f"{self.qualified}: a table needs a partition key")
 
@@ -378,6 +394,22 @@ class TableSchema:
         if self.static and not self.clustering:
             raise SchemaError(f"{self.qualified}: static columns need clustering columns")
         object.__setattr__(self, "_index", {name: i for i, (name, _) in enumerate(self.columns)})
+        names = [
+            *(n for n, _ in self.partition_key),
+            *(n for n, _, _ in self.clustering),
+            *(n for n, _ in self.columns),
+            *(n for n, _ in self.static),
+        ]
+        object.__setattr__(self, "_where", {n: f"{self._qualified}.{n}" for n in names})
+        object.__setattr__(self, "_types", {**dict(self.columns), **dict(self.static)})
+        object.__setattr__(self, "_static_index", {n: i for i, (n, _) in enumerate(self.static)})
+        object.__setattr__(self, "_clustering_names", frozenset(n for n, _, _ in self.clustering))
+        object.__setattr__(self, "_keys", {})
+
+    def where(self, column: str) -> str:
+        """``keyspace.table.column``, as errors name a column."""
+        found = self._where.get(column)
+        return found if found is not None else f"{self._qualified}.{column}"
 
     def clustering_index(self, column: str) -> int:
         for index, (name, _, _) in enumerate(self.clustering):
@@ -388,10 +420,10 @@ class TableSchema:
         raise SchemaError(f"unknown clustering column {column!r} in {self.qualified}")
 
     def static_index(self, column: str) -> int | None:
-        for index, (name, _) in enumerate(self.static):
-            if name == column:
-                return index
-        return None
+        return self._static_index.get(column)
+
+    def is_clustering(self, column: str) -> bool:
+        return column in self._clustering_names
 
     def check_clustering(self, values: Sequence[object], *, full: bool) -> tuple[object, ...]:
         """``values`` as a clustering key (``full``) or prefix of this table, type-checked."""
@@ -404,12 +436,12 @@ class TableSchema:
         for (name, cql_type, _), value in zip(self.clustering, values, strict=False):
             if value is None:
                 raise SchemaError(f"{self.qualified}.{name}: a clustering value cannot be null")
-            out.append(check_type(f"{self.qualified}.{name}", cql_type, value, key=True))
+            out.append(check_type(self._where[name], cql_type, value, key=True))
         return tuple(out)
 
     @property
     def qualified(self) -> str:
-        return f"{self.keyspace}.{self.table}"
+        return self._qualified
 
     def column_index(self, column: str) -> int:
         index = self._index.get(column)
@@ -424,9 +456,8 @@ class TableSchema:
         return index
 
     def column_type(self, column: str) -> str:
-        if self.static_index(column) is not None:
-            return dict(self.static)[column]
-        return self.columns[self.column_index(column)][1]
+        found = self._types.get(column)
+        return found if found is not None else self.columns[self.column_index(column)][1]
 
     def routing_key(self, values: Sequence[object]) -> bytes:
         if len(values) != len(self.partition_key):
@@ -434,8 +465,9 @@ class TableSchema:
                 f"{self.qualified} has {len(self.partition_key)} partition key column(s), "
                 f"got {len(values)} value(s)"
             )
+        where = self._where
         parts = [
-            serialize(name, cql_type, value, self.qualified)
+            serialize(where[name], cql_type, value)
             for (name, cql_type), value in zip(self.partition_key, values, strict=True)
         ]
         try:
@@ -452,11 +484,33 @@ class TableSchema:
         return routing
 
     def key(self, values: Sequence[object]) -> Key:
+        """The Accord key of the partition ``values`` name (checked, as :meth:`routing_key`).
+
+        Remembered (up to KEYS_REMEMBERED per table): a saga-store batch names each hot
+        partition (a write lane's Tier-4 row and Tier-5 partition) several times, and so
+        does every batch after it; deriving a key (checks, serialization, Murmur3) was the
+        larger part of translating such a request. The memo is keyed by the values' types
+        as well, since ``1``, ``1.0`` and ``True`` are equal but not the same key (a bool
+        is refused where an int is due)."""
+        memo = self._keys
+        try:
+            found = memo.get((tuple(map(type, values)), tuple(values)))
+        except TypeError:  # an unhashable value (a collection): derive it each time
+            return self._derive_key(values)
+        if found is not None:
+            return found
+        key = self._derive_key(values)
+        if len(memo) >= KEYS_REMEMBERED:
+            memo.clear()
+        memo[(tuple(map(type, values)), tuple(values))] = key
+        return key
+
+    def _derive_key(self, values: Sequence[object]) -> Key:
         routing = self.routing_key(values)
-        return Key(tokens.murmur3_token(routing), f"{self.qualified}:{routing.hex()}")
+        return Key(tokens.murmur3_token(routing), f"{self._qualified}:{routing.hex()}")
 
     def check_value(self, column: str, value: object) -> object:
-        return check_type(f"{self.qualified}.{column}", self.column_type(column), value)
+        return check_type(self.where(column), self.column_type(column), value)
 
 
 def check_type(where: str, cql_type: str, value: object, *, key: bool = False) -> object:
@@ -633,9 +687,9 @@ def _check_scalar(where: str, cql_type: str, value: object) -> object:
     raise SchemaError(f"{where}: CQL type {cql_type} is not supported")
 
 
-def serialize(name: str, cql_type: str, value: object, table: str) -> bytes:
-    """A partition key value in Cassandra's native serialization (for its token)."""
-    where = f"{table}.{name}"
+def serialize(where: str, cql_type: str, value: object) -> bytes:
+    """A partition key value in Cassandra's native serialization (for its token);
+    ``where`` names its column in errors (``keyspace.table.column``)."""
     if value is None:
         raise SchemaError(f"{where}: a partition key value cannot be null")
     checked = check_type(where, cql_type, value, key=True)
@@ -784,8 +838,9 @@ def check_row(
         return
     if not isinstance(row, tuple) or len(row) != len(columns):
         raise SchemaError(f"{table.qualified}: a row needs {len(columns)} values")
+    where = table.where
     for (name, cql_type), value in zip(columns, row, strict=True):
-        check_type(f"{table.qualified}.{name}", cql_type, value)
+        check_type(where(name), cql_type, value)
 
 
 def check_write(table: TableSchema, write: WriteOp) -> None:
@@ -805,7 +860,7 @@ def check_write(table: TableSchema, write: WriteOp) -> None:
             if index >= len(table.clustering):
                 raise SchemaError(f"{table.qualified}: a range past the last clustering column")
             name, cql_type, _ = table.clustering[index]
-            check_type(f"{table.qualified}.{name}", cql_type, bound.value, key=True)
+            check_type(table.where(name), cql_type, bound.value, key=True)
     if write.scope is WriteScope.STATIC and not write.delete:
         check_row(table, write.value, table.static)
     elif write.scope is WriteScope.ROW and not write.delete:

@@ -665,7 +665,7 @@ def peer_data_check(
                     raise SchemaError(f"{table.qualified}: a row of the wrong width")
                 for (name, cql_type), item in zip(table.columns, put.value.items, strict=True):
                     if isinstance(item, Const):
-                        check_type(f"{table.qualified}.{name}", cql_type, item.value)
+                        check_type(table.where(name), cql_type, item.value)
 
     def check(envelope: Envelope) -> None:
         body = envelope.body

@@ -214,7 +214,7 @@ class _Builder:
                 raise RequestError(f"{where}: a bound on {table.qualified}.{name} cannot be null")
             out.append(
                 Bound(
-                    check_type(f"{table.qualified}.{name}", cql_type, value, key=True),
+                    check_type(table.where(name), cql_type, value, key=True),
                     bound.inclusive,
                 )
             )
@@ -584,7 +584,7 @@ def _writes(
         for assignment in mutation.upsert.set:
             where = f"mutation {index}: {table.qualified}.{assignment.column}"
             static_index = table.static_index(assignment.column)
-            if static_index is None and assignment.column in {n for n, _, _ in table.clustering}:
+            if static_index is None and table.is_clustering(assignment.column):
                 raise RequestError(
                     f"{where} is a clustering column; name the row by its clustering values"
                 )

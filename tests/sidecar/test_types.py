@@ -368,3 +368,25 @@ def test_the_memory_store_orders_slices_bounds_and_range_deletes_of_uuids_as_cas
         delete = WriteOp(key, None, True, WriteScope.RANGE, (), Bound(expected[1], False), None)
         asyncio.run(store.write([delete], next(stamp)))
         assert rows(Slice(key, reverse=True)) == [u for u in stored[::-1] if u in expected[:2]]
+
+
+def test_a_remembered_key_never_stands_in_for_an_equal_value_of_another_type() -> None:
+    from accord_cassandra import schema
+
+    ints = TableSchema("ks", "ints", (("id", "int"),), (("v", "text"),))
+    doubles = TableSchema("ks", "doubles", (("id", "double"),), (("v", "text"),))
+    first = ints.key([1])
+    assert ints.key([1]) is first  # remembered
+    # True == 1 and 1.0 == 1, yet a bool is no int and a float no int column's value.
+    for value in (True, 1.0):
+        with pytest.raises(SchemaError, match=r"ks\.ints\.id is int"):
+            ints.key([value])
+    # An int given for a double is that double, whichever came first.
+    assert doubles.key([1]) == doubles.key([1.0]) == doubles._derive_key([1.0])
+    # Collections are not remembered, and still checked every time.
+    things = Catalog.from_mapping(TABLES).table("shop", "things")
+    assert things.key([2.5]) == things._derive_key([2.5])
+    # Bounded.
+    for i in range(schema.KEYS_REMEMBERED + 10):
+        assert ints.key([i]) == ints._derive_key([i])
+    assert len(ints._keys) <= schema.KEYS_REMEMBERED
