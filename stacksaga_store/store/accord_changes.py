@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import contextvars
 import importlib
+import itertools
 import logging
 import time
 from collections import Counter
@@ -374,12 +375,19 @@ BATCH_CHANGES_MAX = 32
 BATCH_LETS_MAX = 64
 BATCH_CONDITIONS_MAX = 64
 BATCH_MUTATIONS_MAX = 64
+# Queued changes' LET prefixes cycle through this many: far more than can ever be queued.
+PREFIXES = 1 << 20
 
 
 @dataclass(slots=True)
 class _Queued:
     change: AccordChange
     future: asyncio.Future[tuple[AccordOutcome | None, bool]]
+    # The change built once, its LET names under ``prefix`` (unique among the changes that
+    # can be queued at once): a batch is these requests' fields put together, not a second
+    # build of every change (on the client's loop, the critical path of each batch).
+    prefix: str
+    request: Any
     lets: int
     conditions: int
     mutations: int
@@ -428,17 +436,21 @@ class ChangeBatcher:
         self._in_flight = 0
         self._held: set[str] = set()  # lanes of the batches in flight
         self._tasks: set[asyncio.Future[None]] = set()
+        self._sequence = itertools.count()
         self.batches = 0
         self.batched_changes = 0
 
     async def commit(self, change: AccordChange) -> tuple[AccordOutcome, bool]:
         """The outcome of the transaction that carried ``change`` (its LETs under their own
         names), and whether other changes shared it."""
-        shape = change.build_into(sidecar_client().Transaction(), "").request
+        prefix = f"c{next(self._sequence) % PREFIXES}_"
+        shape = change.build_into(sidecar_client().Transaction(), prefix).request
         loop = asyncio.get_running_loop()
         queued = _Queued(
             change,
             loop.create_future(),
+            prefix,
+            shape,
             len(shape.lets),
             len(shape.conditions),
             len(shape.mutations),
@@ -480,8 +492,11 @@ class ChangeBatcher:
 
             def build() -> Any:
                 txn = sidecar_client().Transaction()
-                for index, queued in enumerate(batch):
-                    queued.change.build_into(txn, f"c{index}_")
+                request = txn.request
+                for queued in batch:
+                    request.lets.extend(queued.request.lets)
+                    request.conditions.extend(queued.request.conditions)
+                    request.mutations.extend(queued.request.mutations)
                 return txn
 
             self.batches += 1
@@ -493,8 +508,8 @@ class ChangeBatcher:
                 for queued in batch:
                     _settle(queued.future, (None, False))
                 return
-            for index, queued in enumerate(batch):
-                _settle(queued.future, (_view(outcome, f"c{index}_"), True))
+            for queued in batch:
+                _settle(queued.future, (_view(outcome, queued.prefix), True))
         except BaseException as error:
             for queued in batch:
                 if not queued.future.done():

@@ -174,10 +174,12 @@ def test_changes_without_a_lane_still_share_transactions() -> None:
 
 def _queued(n: int, lane: int) -> _Queued:
     change = _start(None, n, lambda _: lane)
-    request = change.build_into(Transaction(), "").request
+    request = change.build_into(Transaction(), f"c{n}_").request
     return _Queued(
         change,
         None,  # type: ignore[arg-type]  # _take never looks at it
+        f"c{n}_",
+        request,
         len(request.lets),
         len(request.conditions),
         len(request.mutations),
