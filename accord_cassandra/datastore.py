@@ -45,8 +45,8 @@ import io
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, Protocol, cast
 
 from accord import (
     MAX_PARTITION_READ_BYTES,
@@ -252,6 +252,25 @@ Cassandra warns on every batch above ``batch_size_warn_threshold`` (5 KiB by def
 refuses one above ``batch_size_fail_threshold`` (50 KiB); the estimate is above its count."""
 WRITE_ROW_OVERHEAD_BYTES = 64
 WRITE_CELL_OVERHEAD_BYTES = 24
+IN_READ_KEYS_MAX = 16
+"""Most partitions one ``IN`` read names (see :meth:`CassandraDataStore.read`)."""
+# Types of a last partition key column whose values come back from Cassandra equal to the
+# driver values sent (so a row of an IN read is matched to its partition by that value).
+_IN_KEY_TYPES = frozenset(
+    (
+        "text",
+        "varchar",
+        "ascii",
+        "int",
+        "bigint",
+        "smallint",
+        "tinyint",
+        "varint",
+        "uuid",
+        "timeuuid",
+        "blob",
+    )
+)
 
 
 def write_size(write: WriteOp) -> int:
@@ -350,6 +369,15 @@ def _to_driver(cql_type: str, value: object) -> object:
     if cql_type == "timestamp" and not isinstance(value, int):
         raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
     return _driver_value(parse_type(cql_type), check_type(cql_type, cql_type, value))
+
+
+class _InRead(NamedTuple):
+    """One partition's share of an IN read: its key and clustering values (driver values)
+    and, of them, the last partition key column's, which the IN names."""
+
+    key_values: list[object]
+    clustering: tuple[object, ...]
+    last: object
 
 
 class _Entries:
@@ -629,6 +657,15 @@ class CassandraDataStore:
             cql = f"SELECT {', '.join(regular)} FROM {target} WHERE {' AND '.join(where)}"
         elif kind == "whole":
             cql = f"SELECT {', '.join(regular)} FROM {target} WHERE {' AND '.join(key_where)}"
+        elif kind in ("whole_in", "row_in"):
+            # The last partition key column varies (IN) and is selected last, after the
+            # columns and their WRITETIME/TTL, so the rows' layout is the single reads'.
+            last = table.partition_key[-1][0]
+            where = [*key_where[:-1], f'"{last}" IN ?']
+            if kind == "row_in":
+                where += [f'"{n}" = ?' for n in ck_names]
+            selected = ", ".join([*regular, f'"{last}"'])
+            cql = f"SELECT {selected} FROM {target} WHERE {' AND '.join(where)}"
         elif kind == "static":
             statics = ", ".join(self._selectors(table, table.static))
             cql = f"SELECT {statics} FROM {target} WHERE {' AND '.join(key_where)} LIMIT 1"
@@ -701,11 +738,9 @@ class CassandraDataStore:
             error = read_too_late(execute_at, late)
             return {key: PartitionRead((), error) for key in by_key}
 
-        async def one(key: Key, asked: list[Selection]) -> tuple[Key, PartitionRead]:
-            table = self.catalog.for_key(key)
-            unique = list(dict.fromkeys(asked))
-            self.reads_executed += len(unique)
-            answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
+        def answered(
+            key: Key, unique: list[Selection], answers: Sequence[tuple[object, str | None]]
+        ) -> tuple[Key, PartitionRead]:
             results: list[tuple[Selection, object]] = []
             size = 0
             for selection, (value, error) in zip(unique, answers, strict=True):
@@ -717,7 +752,109 @@ class CassandraDataStore:
                 results.append((selection, value))
             return key, PartitionRead(tuple(results))
 
-        return dict(await asyncio.gather(*(one(k, a) for k, a in by_key.items())))
+        async def one(key: Key, unique: list[Selection]) -> tuple[Key, PartitionRead]:
+            table = self.catalog.for_key(key)
+            self.reads_executed += len(unique)
+            answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
+            return answered(key, unique, answers)
+
+        async def grouped(
+            table: TableSchema, kind: str, members: list[tuple[Key, RowAt, _InRead]]
+        ) -> list[tuple[Key, PartitionRead]]:
+            self.reads_executed += 1
+            values = await self._select_in(table, kind, [m[2] for m in members], execute_at)
+            return [
+                answered(key, [selection], [(value, None)])
+                for (key, selection, _), value in zip(members, values, strict=True)
+            ]
+
+        singles: list[tuple[Key, list[Selection]]] = []
+        groups: dict[tuple[object, ...], list[tuple[Key, RowAt, _InRead]]] = {}
+        for key, asked in by_key.items():
+            unique = list(dict.fromkeys(asked))
+            found = self._in_read(key, unique[0]) if len(unique) == 1 else None
+            if found is None:
+                singles.append((key, unique))
+            else:
+                group, read = found
+                groups.setdefault(group, []).append((key, cast("RowAt", unique[0]), read))
+        work: list[Awaitable[Any]] = [one(key, unique) for key, unique in singles]
+        for group, members in groups.items():
+            if len(members) == 1:
+                work.append(one(members[0][0], [members[0][1]]))
+                continue
+            table = self.catalog.for_key(members[0][0])
+            for start in range(0, len(members), IN_READ_KEYS_MAX):
+                work.append(
+                    grouped(table, cast("str", group[1]), members[start : start + IN_READ_KEYS_MAX])
+                )
+        out: dict[Key, PartitionRead] = {}
+        for done in await asyncio.gather(*work):
+            if isinstance(done, list):
+                out.update(done)
+            else:
+                key, answer = done
+                out[key] = answer
+        return out
+
+    def _in_read(self, key: Key, selection: Selection) -> tuple[tuple[object, ...], _InRead] | None:
+        """The group of single-row reads ``selection`` may share one ``IN`` read with, and
+        its part of it; None when it goes alone.
+
+        Reads of one row each, of one table, naming the same partition key but for its last
+        column (and the same clustering key) go as one read ``... AND last IN ?``: a saga
+        store batch reads a dozen es_transaction rows of one service, and the driver spends
+        ~0.2 ms of CPU per request (16 single reads: 3.5 ms; one IN read of 16: 0.6 ms, and
+        half the latency). Same consistency level, same now_in_seconds; each row is matched
+        to its partition by the last key column, selected with it."""
+        if not isinstance(selection, RowAt):
+            return None
+        table = self.catalog.for_key(key)
+        if table.partition_key[-1][1] not in _IN_KEY_TYPES:
+            return None
+        clustering: tuple[object, ...] = ()
+        if not table.clustering:
+            if selection.clustering:
+                return None
+            kind = "whole_in"
+        elif len(selection.clustering) == len(table.clustering):
+            kind = "row_in"
+            clustering = tuple(self._clustering_values(table, selection.clustering))
+        else:
+            return None
+        values = self._key_values(table, key)
+        group = (table.qualified, kind, tuple(values[:-1]), clustering)
+        try:
+            hash(group)
+        except TypeError:  # a collection in the key: it reads alone
+            return None
+        return group, _InRead(values, clustering, values[-1])
+
+    async def _select_in(
+        self, table: TableSchema, kind: str, reads: list[_InRead], execute_at: Timestamp
+    ) -> list[object]:
+        """Each read's row (None: none, or not live at executeAt), by one IN read."""
+        first = reads[0]
+        lasts = [read.last for read in reads]
+        statement = self._shaped(table, (kind,))
+        values = [*first.key_values[:-1], lasts, *first.clustering]
+        rows = await _execute(self.session, statement, values, execute_at.hlc // 1_000_000)
+        width = len(self._selectors(table, table.columns) or [None])
+        by_last: dict[object, Any] = {row[width]: row for row in rows}
+        named = set(lasts)
+        if len(rows) > len(reads) or any(last not in named for last in by_last):
+            # A type whose values do not come back as sent would end here (_IN_KEY_TYPES).
+            raise RuntimeError(
+                f"{table.qualified}: an IN read returned rows of partitions it did not name"
+            )
+        out: list[object] = []
+        for read in reads:
+            row = by_last.get(read.last)
+            if row is None or not self._live(row, 0, table.columns, execute_at):
+                out.append(None)
+            else:
+                out.append(self._row(row, 0, table.columns))
+        return out
 
     def _live(
         self,

@@ -998,3 +998,63 @@ def test_a_wide_transactions_writes_go_in_few_batches_cassandra_does_not_warn_ab
     asyncio.run(write_and_read(unlimited, uuid.uuid4().hex[:8]))
     assert unlimited.write_batches == 2  # one per now_in_seconds
     assert unlimited.server_warnings >= 1
+
+
+def test_single_row_reads_of_a_table_go_as_in_reads_and_read_what_single_reads_read(
+    cassandra_sidecars: CassandraSidecars,
+) -> None:
+    """Single-row reads of one table whose keys differ only in the last partition key
+    column go as ``IN`` reads of at most IN_READ_KEYS_MAX partitions. They must read exactly
+    what one read per row does: present, absent and TTL'd rows (judged as of executeAt, on
+    both sides of the expiry), a composite partition key, a clustered table, and a key read
+    several ways at once (which reads alone)."""
+    sidecars = cassandra_sidecars
+    ks = sidecars.keyspace
+    catalog = Catalog(tables_from_cluster(sidecars.session.cluster.metadata, [ks]))
+    accounts, items, ledger = (catalog.table(ks, t) for t in ("accounts", "items", "ledger"))
+    tag = uuid.uuid4().hex[:8]
+    count = 25
+    account = [accounts.key([f"in-{tag}-{n}"]) for n in range(count)]
+    item = [items.key([f"in-{tag}", n]) for n in range(count)]
+    entry = [ledger.key([f"in-{tag}-{n}"]) for n in range(count)]
+    written = range(count - 5)  # the last five of each are never written
+    ops: list[WriteOp] = []
+    for n in written:
+        ttl = 2 if n % 3 == 0 else None
+        ops.append(WriteOp(account[n], (n, -n), ttl=ttl))  # type: ignore[arg-type]
+        by_type = {"int": n, "tinyint": n % 100, "text": f"name-{n}", "ascii": "c"}
+        item_row = tuple(by_type.get(cql_type) for _, cql_type in items.columns)
+        ops.append(WriteOp(item[n], item_row, ttl=ttl))  # type: ignore[arg-type]
+        ops.append(WriteOp(entry[n], (n, f"memo-{n}"), clustering=(5, "t"), ttl=ttl))  # type: ignore[arg-type]
+    selections: list[Selection] = [
+        *(RowAt(k, ()) for k in account),
+        *(RowAt(k, ()) for k in item),
+        *(RowAt(k, (5, "t")) for k in entry),
+        RowAt(entry[0], (6, "x")),
+        StaticAt(entry[0]),
+        Slice(entry[1], ()),
+    ]
+    grouped = CassandraDataStore(sidecars.session, catalog)
+    single = CassandraDataStore(sidecars.session, catalog)
+    single._in_read = lambda key, selection: None  # type: ignore[method-assign]
+
+    async def run() -> None:
+        stamp = _stamp()
+        await grouped.write(ops, stamp)
+        for after in (1 * SECOND, 3 * SECOND):  # before and after the TTL'd rows expire
+            when = Timestamp(1, stamp.hlc + after, 0, 2)
+            before = grouped.reads_executed
+            got = await grouped.read(selections, when)
+            requests = grouped.reads_executed - before
+            expected = await single.read(selections, when)
+            assert got == expected, after
+            alive = 0 if after > 2 * SECOND else 1
+            for n in range(count):
+                row = got[account[n]].get(RowAt(account[n], ()))
+                present = n in written and (n % 3 != 0 or alive)
+                assert (row == (n, -n)) if present else row is None, (n, row)
+            # accounts 16 + 9, items 16 + 9, ledger entries 2-24 as 16 + 7; entry 0 (three
+            # selections) and entry 1 (two) read alone.
+            assert requests == 2 + 2 + 2 + 3 + 2, requests
+
+    asyncio.run(run())
