@@ -450,7 +450,12 @@ class SidecarHost:
             raise
         self._wake.set()
         remaining = max(0.0, timeout - (time.perf_counter() - started))
-        return await asyncio.wait_for(asyncio.shield(future), remaining)
+        # Shielded: a caller that gives up must not cancel the future, whose callback holds
+        # the slot until the node answers. A timeout scope, not wait_for: each layer between
+        # the node's answer and this caller is another pass of a busy event loop (wait_for
+        # added one; answered-to-returned was 3.2 ms at p50 under a saga-store load).
+        async with asyncio.timeout(remaining):
+            return await asyncio.shield(future)
 
     def _finished(
         self,

@@ -460,7 +460,10 @@ class ChangeBatcher:
         self._queue.append(queued)
         self._flush()
         try:
-            outcome, batched = await asyncio.shield(queued.future)
+            # Not shielded: the future is this change's alone (its batch settles each
+            # member's own), so a caller that gives up cancels only it; and a shield is one
+            # more pass of the client's busy loop between a batch's answer and each change.
+            outcome, batched = await queued.future
         except asyncio.CancelledError:
             if queued in self._queue:
                 self._queue.remove(queued)
