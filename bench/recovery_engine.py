@@ -18,9 +18,10 @@ mode, and measures:
   and M tombstone cells") for an even (retry) bucket, and for an odd (restore) bucket whose
   sagas all completed, in both modes; plus the Tier-3/Tier-4 reads of a pass.
 
-The starts phases run after an unmeasured warm-up round of both modes on the same node
-(``warm_up`` in the JSON keeps its figures): a fresh JVM spends its first minute of load
-compiling.
+The starts phases run after unmeasured warm-up rounds of both modes on the same node
+(``warm_up_rounds`` in the JSON keeps their figures): a fresh JVM spends its first minutes of
+load compiling. Then each concurrency runs in rounds, the modes' order alternating
+(``*_rounds`` in the JSON); the table gives medians.
 
 Nothing asserts on time; the figures are whatever this machine gives. ``python -m bench
 recovery [--quick] [--profile]`` writes them as JSON, Markdown and PNG (bench/report.py);
@@ -79,6 +80,12 @@ STARTS_PER_PHASE = 2000
 # for the first minute of load (C2 threads took 0.5-0.6 of this machine's 2 cores through the
 # first accord phases): unwarmed, the first phases measured the compiler, not the modes.
 WARM_UP_STARTS = 2000
+# Warm-up rounds. One was not enough for the accord mode's path through Cassandra (IN reads,
+# batches with timestamps): in consecutive rounds on a fresh node Cassandra spent 2.62, 1.15,
+# 0.82 and 0.66 ms of CPU per accord create (the ordered mode 1.07, 0.63, 0.40, 0.19), and a
+# measured phase after one round took 1.57 ms per create at 32 in flight and 0.50 at 128
+# minutes later: it measured the JIT, not the mode.
+WARM_UP_ROUNDS = 3
 # Measured rounds of each concurrency, the modes' order alternating between rounds: a phase
 # pays for the flushes and compactions the phase before it left (Cassandra CPU per accord
 # create ran 0.66-1.61 ms in consecutive rounds on one node), so one round in a fixed order
@@ -542,19 +549,22 @@ async def _measure(
         profiler.enable()
     pids = [sidecar.process.pid for sidecar in sidecars.sidecars.values() if sidecar.process]
     warm_up_started = time.perf_counter()
-    report["warm_up"] = {
-        name: await _starts(
-            contact_point,
-            keyspace,
-            recovery,
-            quick,
-            sidecar_pids=pids if name == "accord" else [],
-            cassandra_pids=cassandra_pids,
-            count=WARM_UP_STARTS,
-        )
-        for name, recovery in modes.items()
-    }
-    report["warm_up"]["seconds"] = round(time.perf_counter() - warm_up_started, 1)
+    report["warm_up_rounds"] = [
+        {
+            name: await _starts(
+                contact_point,
+                keyspace,
+                recovery,
+                quick,
+                sidecar_pids=pids if name == "accord" else [],
+                cassandra_pids=cassandra_pids,
+                count=WARM_UP_STARTS,
+            )
+            for name, recovery in modes.items()
+        }
+        for _ in range(1 if quick else WARM_UP_ROUNDS)
+    ]
+    report["warm_up_seconds"] = round(time.perf_counter() - warm_up_started, 1)
     # Both modes at the usual 32 starts in flight, then at 128: if the accord mode were
     # bound by its commit latency, more in flight would raise its rate.
     for key, concurrency in (("starts", 32), ("starts_128_in_flight", 128)):
@@ -668,9 +678,10 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
             "Saga starts per second and writes per start, per commit mode",
             layer=layer,
             method="create = watchdog + es_transaction; saga = a whole one-step saga; after an "
-            f"unmeasured warm-up round of both modes ({WARM_UP_STARTS} of each kind, 32 in "
-            f"flight) on the same node; medians of {MEASURED_ROUNDS} rounds (1 with --quick), "
-            "the modes' order alternating, 'of ordered' the median (min-max) of each round's "
+            f"unmeasured warm-up of both modes ({WARM_UP_ROUNDS} rounds of {WARM_UP_STARTS} of "
+            "each kind, 32 in flight) on the same node; medians of "
+            f"{MEASURED_ROUNDS} rounds (1 with --quick), the modes' order alternating, "
+            "'of ordered' the median (min-max) of each round's "
             "ratio. Client writes counted by the store's CqlSession; server "
             "writes from Cassandra's system_views.local_write_latency (partition updates; Accord "
             "rows once: one writing sidecar per shard).",
