@@ -521,7 +521,10 @@ class CassandraDataStore:
         self.server_warnings = 0
         # Read statements sent (one per distinct selection; a slice's later pages not
         # counted): what the bench compares with Cassandra's CPU per operation.
+        # Read requests sent, and partition reads (rows, slices, static rows) they carried:
+        # an IN read is one request of several partition reads.
         self.reads_executed = 0
+        self.partitions_read = 0
         # Why TTLs cannot be served (the protocol lacks now_in_seconds), else None.
         self.ttl_refused: str | None = None
         # Why new TTLs are refused (a Cassandra node's clock is off by more than the skew
@@ -755,6 +758,7 @@ class CassandraDataStore:
         async def one(key: Key, unique: list[Selection]) -> tuple[Key, PartitionRead]:
             table = self.catalog.for_key(key)
             self.reads_executed += len(unique)
+            self.partitions_read += len(unique)
             answers = await asyncio.gather(*(self._select(table, s, execute_at) for s in unique))
             return answered(key, unique, answers)
 
@@ -762,6 +766,7 @@ class CassandraDataStore:
             table: TableSchema, kind: str, members: list[tuple[Key, RowAt, _InRead]]
         ) -> list[tuple[Key, PartitionRead]]:
             self.reads_executed += 1
+            self.partitions_read += len(members)
             values = await self._select_in(table, kind, [m[2] for m in members], execute_at)
             return [
                 answered(key, [selection], [(value, None)])

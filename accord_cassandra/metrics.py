@@ -95,6 +95,12 @@ class SidecarCollector(Collector):
             getattr(host.store, "reads_executed", 0),
         )
         yield _counter(
+            "accord_store_partition_reads",
+            "Rows, slices and static rows the Cassandra store read, alone or several in one "
+            "IN read (0 for a store that does not count them)",
+            getattr(host.store, "partitions_read", 0),
+        )
+        yield _counter(
             "accord_store_takeover_writes",
             "Of those, rows written because the shared store's writer was silent (a takeover)",
             host.metrics.takeover_writes,

@@ -151,6 +151,7 @@ def _check_output(run: SuiteRun) -> None:
     if run.suite == "throughput":
         # Every committed Accord op read its partitions through the store once at least
         # (a conditional set one, a transfer two): a count of 0 means reads went uncounted.
+        # Several may share one request (an IN read), so requests are at most those reads.
         for item in report["runs"]:
             if item.get("cassandra_reads_per_op") is not None or item["workload"] in (
                 "Accord conditional set (1 partition)",
@@ -159,6 +160,8 @@ def _check_output(run: SuiteRun) -> None:
                 least = 2 if "transfer" in item["workload"] else 1
                 reads = item.get("cassandra_reads_per_op")
                 assert reads is not None and reads >= least, f"store reads not counted: {item}"
+                requests = item.get("cassandra_read_requests_per_op")
+                assert requests is not None and 0 < requests <= reads, item
 
 
 def _run_and_check(quick_runs: dict[str, SuiteRun], suite: str) -> None:

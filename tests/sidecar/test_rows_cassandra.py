@@ -1043,9 +1043,10 @@ def test_single_row_reads_of_a_table_go_as_in_reads_and_read_what_single_reads_r
         await grouped.write(ops, stamp)
         for after in (1 * SECOND, 3 * SECOND):  # before and after the TTL'd rows expire
             when = Timestamp(1, stamp.hlc + after, 0, 2)
-            before = grouped.reads_executed
+            before, partitions_before = grouped.reads_executed, grouped.partitions_read
             got = await grouped.read(selections, when)
             requests = grouped.reads_executed - before
+            assert grouped.partitions_read - partitions_before == len(selections)
             expected = await single.read(selections, when)
             assert got == expected, after
             alive = 0 if after > 2 * SECOND else 1
