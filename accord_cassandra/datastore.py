@@ -519,10 +519,9 @@ class CassandraDataStore:
         # than its default, say): logged once, counted always.
         self.write_batches = 0
         self.server_warnings = 0
-        # Read statements sent (one per distinct selection; a slice's later pages not
-        # counted): what the bench compares with Cassandra's CPU per operation.
-        # Read requests sent, and partition reads (rows, slices, static rows) they carried:
-        # an IN read is one request of several partition reads.
+        # Read requests sent (a slice's later pages not counted), and the partition reads
+        # (rows, slices, static rows) they carried, an IN read being one request of several:
+        # what the bench compares with Cassandra's CPU per operation.
         self.reads_executed = 0
         self.partitions_read = 0
         # Why TTLs cannot be served (the protocol lacks now_in_seconds), else None.
