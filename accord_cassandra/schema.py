@@ -330,8 +330,10 @@ def _walk(t: CqlType) -> list[CqlType]:
     return out
 
 
-# Partition keys each table remembers (TableSchema.key) before it starts afresh.
+# Partition keys each table remembers (TableSchema.key) before it starts afresh, and the
+# value types such a key may be made of: those whose equal values are the same key.
 KEYS_REMEMBERED = 8192
+_REMEMBERED_TYPES = frozenset((str, int, bool, bytes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,18 +493,20 @@ class TableSchema:
         does every batch after it; deriving a key (checks, serialization, Murmur3) was the
         larger part of translating such a request. The memo is keyed by the values' types
         as well, since ``1``, ``1.0`` and ``True`` are equal but not the same key (a bool
-        is refused where an int is due)."""
-        memo = self._keys
-        try:
-            found = memo.get((tuple(map(type, values)), tuple(values)))
-        except TypeError:  # an unhashable value (a collection): derive it each time
+        is refused where an int is due), and takes scalar values that equality cannot
+        confuse only."""
+        types = tuple(map(type, values))
+        if not _REMEMBERED_TYPES.issuperset(types):
+            # Floats derive their key every time: 0.0 == -0.0, and -0.0 is refused as a key.
             return self._derive_key(values)
+        memo = self._keys
+        found = memo.get((types, tuple(values)))
         if found is not None:
             return found
         key = self._derive_key(values)
         if len(memo) >= KEYS_REMEMBERED:
             memo.clear()
-        memo[(tuple(map(type, values)), tuple(values))] = key
+        memo[(types, tuple(values))] = key
         return key
 
     def _derive_key(self, values: Sequence[object]) -> Key:

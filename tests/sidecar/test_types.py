@@ -383,6 +383,10 @@ def test_a_remembered_key_never_stands_in_for_an_equal_value_of_another_type() -
             ints.key([value])
     # An int given for a double is that double, whichever came first.
     assert doubles.key([1]) == doubles.key([1.0]) == doubles._derive_key([1.0])
+    # 0.0 == -0.0, yet -0.0 names no partition.
+    doubles.key([0.0])
+    with pytest.raises(SchemaError, match=r"-0\.0"):
+        doubles.key([-0.0])
     # Collections are not remembered, and still checked every time.
     things = Catalog.from_mapping(TABLES).table("shop", "things")
     assert things.key([2.5]) == things._derive_key([2.5])
