@@ -35,7 +35,11 @@ def _children() -> set[int]:
     pid = os.getpid()
     children: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except FileNotFoundError:
+            # The thread ended between the listing and the read; it has no children left.
+            continue
         children.update(int(c) for c in text)
     return children
 
