@@ -1,4 +1,5 @@
-"""Where user data lives: Cassandra, or memory for the embedded mode.
+"""Where user data lives: Cassandra (:class:`CassandraDataStore`), or memory for the embedded
+mode (:class:`accord_cassandra.memory_store.MemoryDataStore`).
 
 Both stores obey :class:`accord.api.DataStore`'s contract, asynchronously:
 
@@ -38,14 +39,9 @@ an error result: a cell it needs could already be purged by Cassandra's real clo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
-import decimal
-import io
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol, cast
 
 from accord import (
@@ -58,7 +54,6 @@ from accord import (
     Expr,
     Key,
     MakeTuple,
-    MemoryPartitions,
     PartitionRead,
     PutRow,
     PutStatic,
@@ -68,35 +63,38 @@ from accord import (
     Selection,
     Slice,
     StaticAt,
-    Status,
     Timestamp,
     WriteOp,
     WriteScope,
 )
 from accord.api import (
-    ColumnKeys,
-    CommandSnapshot,
     in_slice,
     partition_too_large,
     slice_too_large,
     value_size,
 )
+from accord_cassandra.cql_requests import (
+    REQUEST_TIMEOUT_SECONDS,
+    PlannedWrite,
+    execute,
+    execute_pages,
+    now_in_seconds_handler,
+    write_chunks,
+    write_size,
+)
+from accord_cassandra.driver_values import from_driver, to_driver
 from accord_cassandra.schema import (
     Catalog,
-    CqlType,
     SchemaError,
     TableSchema,
-    check_type,
-    column_order_key,
-    parse_type,
     partition_values,
     routing_key_of,
 )
 
-# Write timestamps count microseconds from 2024-01-01 so that 12 low bits can carry the
-# flags and node id and the result still fits a signed 64-bit integer until about 2095.
 logger = logging.getLogger(__name__)
 
+# Write timestamps count microseconds from 2024-01-01 so that 12 low bits can carry the
+# flags and node id and the result still fits a signed 64-bit integer until about 2095.
 HLC_BASE_MICROS = 1_704_067_200_000_000
 NODE_BITS = 10
 FLAG_BITS = 2
@@ -141,96 +139,12 @@ class AsyncDataStore(Protocol):
     async def close(self) -> None: ...
 
 
-class MemoryDataStore:
-    """Partitions in memory (the embedded mode and the demo), with the semantics of
-    :class:`accord.MemoryPartitions`: clustering order, TTLs judged as of executeAt, row,
-    range and partition tombstones, last-write-wins by executeAt."""
-
-    def __init__(self, catalog: Catalog | None = None) -> None:
-        def clustering(key: Key) -> tuple[tuple[str, str, str], ...]:
-            if catalog is None:
-                return ()
-            try:
-                return catalog.for_key(key).clustering
-            except SchemaError:
-                return ()
-
-        def descending(key: Key) -> tuple[bool, ...]:
-            return tuple(order == "desc" for _, _, order in clustering(key))
-
-        def column_keys(key: Key) -> ColumnKeys:
-            # Cassandra's order of each column where the core value's is not (uuids).
-            return tuple(column_order_key(cql_type) for _, cql_type, _ in clustering(key))
-
-        self.partitions = MemoryPartitions(descending, column_keys)
-        self._catalog = catalog
-        self.writes_executed = 0
-
-    def restore(self, records: Sequence[object], owns: Callable[[Key], bool]) -> int:
-        """Re-apply the writes of every transaction the journal says was applied here.
-
-        Memory dies with the process, but the node restarted from its journal believes
-        those writes are in place (it re-issues only writes a crash interrupted), so
-        without this a restarted embedded sidecar would read its rows as absent.
-        """
-        applied = 0
-        for record in records:
-            if (
-                isinstance(record, CommandSnapshot)
-                and record.status is Status.APPLIED
-                and record.writes
-                and record.execute_at is not None
-            ):
-                self._apply([w for w in record.writes if owns(w.key)], record.execute_at)
-                applied += 1
-        return applied
-
-    async def read(
-        self, selections: Sequence[Selection], execute_at: Timestamp
-    ) -> dict[Key, PartitionRead]:
-        # Private to this replica: nothing at or after execute_at was applied here (the
-        # replica answers with the outcome instead of reading once it applied it).
-        return self.partitions.read(selections, execute_at)
-
-    async def write(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
-        self._apply(writes, execute_at)
-        self.writes_executed += len(writes)
-
-    def _apply(self, writes: Sequence[WriteOp], execute_at: Timestamp) -> None:
-        write_timestamp(execute_at)  # the same refusal of unencodable timestamps as Cassandra
-        self.partitions.write([self._stored(write) for write in writes], execute_at)
-
-    def _stored(self, write: WriteOp) -> WriteOp:
-        """``write`` with its row as Cassandra would hold it (check_type's canonical form: a
-        float column's computed value rounded to binary32), so both stores read alike."""
-        if self._catalog is None or write.delete or not isinstance(write.value, tuple):
-            return write
-        try:
-            table = self._catalog.for_key(write.key)
-        except SchemaError:
-            return write
-        columns = table.static if write.scope is WriteScope.STATIC else table.columns
-        if len(columns) != len(write.value):
-            return write
-        row = tuple(
-            check_type(table.where(name), cql_type, value)
-            for (name, cql_type), value in zip(columns, write.value, strict=True)
-        )
-        return dataclasses.replace(write, value=row)
-
-    async def close(self) -> None:
-        return None
-
-
 # TTLs on the Cassandra store (docs/sidecars.md, "TTL").
 TTL_MARGIN_SECONDS = 3600
 """How much longer than its logical expiry Cassandra keeps a TTL'd cell. A constant: every
 read decodes the logical TTL with the margin its write used."""
 LATE_READ_SECONDS = TTL_MARGIN_SECONDS // 2
 """A read whose executeAt is older than this by the sidecar's clock is refused."""
-REQUEST_TIMEOUT_SECONDS = 10.0
-"""The driver's deadline per statement: how long after its lateness check a read may still
-be in flight."""
 CASSANDRA_MAX_EXPIRY = 2_147_483_646
 """The latest expiry Cassandra 5.0 stores (2038-01-19T03:14:06Z, seconds since the epoch;
 ``storage_compatibility_mode: CASSANDRA_4``, the 5.0 default); a later one is refused."""
@@ -239,19 +153,6 @@ TTL_EXPIRY_HEADROOM_SECONDS = 30 * 86_400
 its transaction may be applied that much later than it was checked."""
 MAX_EXPIRED_ROWS_SKIPPED = 10_000
 """Most logically expired rows (still kept by Cassandra for the margin) one slice skips."""
-# Native protocol v5's <now_in_seconds> query parameter, carried to the protocol handler in a
-# custom payload entry of this name (never sent to Cassandra).
-_NOW_KEY = "accord-cassandra.now-in-seconds"
-_NOW_IN_SECONDS_FLAG = 0x0100
-WRITE_BATCH_PARTITIONS_MAX = 10
-"""Most partitions one UNLOGGED batch of a transaction's writes names: Cassandra warns above
-``unlogged_batch_across_partitions_warn_threshold`` (10 by default)."""
-WRITE_BATCH_BYTES_MAX = 4096
-"""Most estimated bytes (:func:`write_size`) one batch of several partitions carries:
-Cassandra warns on every batch above ``batch_size_warn_threshold`` (5 KiB by default) and
-refuses one above ``batch_size_fail_threshold`` (50 KiB); the estimate is above its count."""
-WRITE_ROW_OVERHEAD_BYTES = 64
-WRITE_CELL_OVERHEAD_BYTES = 24
 IN_READ_KEYS_MAX = 16
 """Most partitions one ``IN`` read names (see :meth:`CassandraDataStore.read`)."""
 # Types of a last partition key column whose values come back from Cassandra equal to the
@@ -271,65 +172,6 @@ _IN_KEY_TYPES = frozenset(
         "blob",
     )
 )
-
-
-def write_size(write: WriteOp) -> int:
-    """An upper estimate of what Cassandra counts for ``write`` against its batch size
-    thresholds: values and keys, plus per-row and per-cell metadata (timestamps, TTLs,
-    liveness)."""
-    value = write.value
-    cells = len(value) if type(value) is tuple else 1
-    keys = len(write.key.name) + value_size(write.clustering)
-    return WRITE_ROW_OVERHEAD_BYTES + WRITE_CELL_OVERHEAD_BYTES * cells + value_size(value) + keys
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlannedWrite:
-    """One write of a transaction, ready for the driver."""
-
-    key: Key
-    statement: Any
-    values: list[object]
-    now: int | None  # native protocol v5's now_in_seconds, None: Cassandra's own clock
-    size: int  # write_size
-
-
-def write_chunks(planned: Sequence[PlannedWrite]) -> list[list[PlannedWrite]]:
-    """``planned`` cut into requests: writes with one ``now`` (a request has one), one
-    partition's writes together (Cassandra applies them as one mutation), up to
-    :data:`WRITE_BATCH_PARTITIONS_MAX` partitions and :data:`WRITE_BATCH_BYTES_MAX` bytes
-    per chunk; a partition larger than that alone, split by bytes if it must."""
-    groups: dict[int | None, dict[Key, list[PlannedWrite]]] = {}
-    for write in planned:
-        groups.setdefault(write.now, {}).setdefault(write.key, []).append(write)
-    chunks: list[list[PlannedWrite]] = []
-    for partitions in groups.values():
-        chunk: list[PlannedWrite] = []
-        keys = size = 0
-        for writes in partitions.values():
-            bytes_ = sum(write.size for write in writes)
-            if chunk and (
-                keys >= WRITE_BATCH_PARTITIONS_MAX or size + bytes_ > WRITE_BATCH_BYTES_MAX
-            ):
-                chunks.append(chunk)
-                chunk, keys, size = [], 0, 0
-            if bytes_ > WRITE_BATCH_BYTES_MAX:
-                piece: list[PlannedWrite] = []
-                piece_size = 0
-                for write in writes:
-                    if piece and piece_size + write.size > WRITE_BATCH_BYTES_MAX:
-                        chunks.append(piece)
-                        piece, piece_size = [], 0
-                    piece.append(write)
-                    piece_size += write.size
-                chunks.append(piece)
-                continue
-            chunk += writes
-            keys += 1
-            size += bytes_
-        if chunk:
-            chunks.append(chunk)
-    return chunks
 
 
 def max_clock_skew_for_ttl() -> float:
@@ -361,16 +203,6 @@ def _single_cell(cql_type: str) -> bool:
     return not cql_type.startswith(("list<", "set<", "map<"))
 
 
-def _to_driver(cql_type: str, value: object) -> object:
-    """A core value of a ``cql_type`` column as the driver takes it, in its canonical form
-    (check_type: a float column's value rounded to binary32, as the memory store holds it)."""
-    if value is None:
-        return None
-    if cql_type == "timestamp" and not isinstance(value, int):
-        raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
-    return _driver_value(parse_type(cql_type), check_type(cql_type, cql_type, value))
-
-
 class _InRead(NamedTuple):
     """One partition's share of an IN read: its key and clustering values (driver values)
     and, of them, the last partition key column's, which the IN names."""
@@ -378,116 +210,6 @@ class _InRead(NamedTuple):
     key_values: list[object]
     clustering: tuple[object, ...]
     last: object
-
-
-class _Entries:
-    """A map value as the driver serializes one (``len`` and ``items``), keeping the core's
-    entry order and taking keys a dict could not hold (a frozen list)."""
-
-    def __init__(self, entries: list[tuple[object, object]]) -> None:
-        self.entries = entries
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def items(self) -> list[tuple[object, object]]:
-        return self.entries
-
-
-def _driver_value(t: CqlType, value: object) -> object:
-    if value is None:
-        return None
-    if t.composite:
-        items = value if isinstance(value, tuple) else ()
-        if t.name in ("list", "set"):
-            return [_driver_value(t.args[0], item) for item in items]
-        if t.name == "map":
-            return _Entries(
-                [
-                    (_driver_value(t.args[0], k), _driver_value(t.args[1], v))
-                    for k, v in cast("tuple[tuple[object, object], ...]", items)
-                ]
-            )
-        return tuple(_driver_value(sub, item) for sub, item in zip(t.args, items, strict=True))
-    if t.name in ("uuid", "timeuuid"):
-        return uuid.UUID(str(value))
-    if t.name == "timestamp":
-        return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=_int(value))
-    if t.name == "date":
-        from cassandra.util import Date
-
-        return Date(value)
-    if t.name == "time":
-        from cassandra.util import Time
-
-        return Time(value)
-    if t.name == "decimal":
-        return decimal.Decimal(str(value))
-    if t.name == "duration":
-        from cassandra.util import Duration
-
-        months, days, nanos = cast("tuple[int, int, int]", value)
-        return Duration(months, days, nanos)
-    return value
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int):
-        raise ValueError(f"expected an integer, not {value!r}")
-    return value
-
-
-def _from_driver(value: object, cql_type: str | None = None) -> object:
-    """A driver value as the core's (schema.py's mapping of each CQL type); a composite
-    one (a collection, tuple, UDT or duration) needs its ``cql_type``, and comes back in
-    its canonical form (sets and maps sorted)."""
-    if (
-        cql_type is not None
-        and value is not None
-        and (cql_type == "duration" or parse_type(cql_type).composite)
-    ):
-        return check_type(cql_type, cql_type, _core_value(parse_type(cql_type), value))
-    return _scalar_from_driver(value)
-
-
-def _core_value(t: CqlType, value: object) -> object:
-    if value is None:
-        return None
-    if t.name == "duration":
-        return (
-            getattr(value, "months", None),
-            getattr(value, "days", None),
-            getattr(value, "nanoseconds", None),
-        )
-    if not t.composite:
-        return _scalar_from_driver(value)
-    if t.name in ("list", "set"):
-        return tuple(_core_value(t.args[0], item) for item in cast("list[object]", value))
-    if t.name == "map":
-        pairs = cast("Any", value).items()
-        return tuple((_core_value(t.args[0], k), _core_value(t.args[1], v)) for k, v in pairs)
-    fields = tuple(cast("tuple[object, ...]", value))
-    fields += (None,) * (len(t.args) - len(fields))  # a UDT written with fewer fields
-    return tuple(_core_value(sub, item) for sub, item in zip(t.args, fields, strict=True))
-
-
-def _scalar_from_driver(value: object) -> object:
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, datetime.datetime):
-        # The driver reads a timestamp through float seconds, a few microseconds off far
-        # from the epoch: to the nearest millisecond, not down, or it reads back 1 ms less.
-        delta = value.replace(tzinfo=None) - datetime.datetime(1970, 1, 1)
-        return (delta.days * 86_400 + delta.seconds) * 1000 + (delta.microseconds + 500) // 1000
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    days = getattr(value, "days_from_epoch", None)
-    if isinstance(days, int):
-        return days
-    nanos = getattr(value, "nanosecond_time", None)
-    if isinstance(nanos, int):
-        return nanos
-    return value
 
 
 class CassandraDataStore:
@@ -536,7 +258,7 @@ class CassandraDataStore:
                 f"USING TTL needs native protocol v5 (its now_in_seconds); "
                 f"the session speaks {version!r}"
             )
-        session.client_protocol_handler = _now_in_seconds_handler(session.client_protocol_handler)
+        session.client_protocol_handler = now_in_seconds_handler(session.client_protocol_handler)
 
     # ------------------------------------------------------------------ TTL checks
 
@@ -627,7 +349,7 @@ class CassandraDataStore:
 
     def _key_values(self, table: TableSchema, key: Key) -> list[object]:
         values = partition_values(table, routing_key_of(key))
-        return [_to_driver(t, v) for (_, t), v in zip(table.partition_key, values, strict=True)]
+        return [to_driver(t, v) for (_, t), v in zip(table.partition_key, values, strict=True)]
 
     @staticmethod
     def _timed(columns: tuple[tuple[str, str], ...]) -> list[int]:
@@ -842,7 +564,7 @@ class CassandraDataStore:
         lasts = [read.last for read in reads]
         statement = self._shaped(table, (kind,))
         values = [*first.key_values[:-1], lasts, *first.clustering]
-        rows = await _execute(self.session, statement, values, execute_at.hlc // 1_000_000)
+        rows = await execute(self.session, statement, values, execute_at.hlc // 1_000_000)
         width = len(self._selectors(table, table.columns) or [None])
         by_last: dict[object, Any] = {row[width]: row for row in rows}
         named = set(lasts)
@@ -897,20 +619,20 @@ class CassandraDataStore:
                 if selection.clustering:
                     return None, None
                 statement = self._shaped(table, ("whole",))
-                rows = await _execute(self.session, statement, key_values, now)
+                rows = await execute(self.session, statement, key_values, now)
             elif len(selection.clustering) != len(table.clustering):
                 return None, None  # no row has that clustering key
             else:
                 clustering = self._clustering_values(table, selection.clustering)
                 statement = self._shaped(table, ("row",))
-                rows = await _execute(self.session, statement, [*key_values, *clustering], now)
+                rows = await execute(self.session, statement, [*key_values, *clustering], now)
             if not rows or not self._live(rows[0], 0, table.columns, execute_at):
                 return None, None
             return self._row(rows[0], 0, table.columns), None
         if isinstance(selection, StaticAt):
             if not table.static:
                 return None, None
-            rows = await _execute(self.session, self._shaped(table, ("static",)), key_values, now)
+            rows = await execute(self.session, self._shaped(table, ("static",)), key_values, now)
             if not rows or not self._live(rows[0], 0, table.static, execute_at):
                 return None, None
             value = self._row(rows[0], 0, table.static)
@@ -923,7 +645,7 @@ class CassandraDataStore:
         now = execute_at.hlc // 1_000_000
         if not table.clustering:
             # One row at (): the slice of a single-row partition.
-            rows = await _execute(self.session, self._shaped(table, ("whole",)), key_values, now)
+            rows = await execute(self.session, self._shaped(table, ("whole",)), key_values, now)
             alive = bool(rows) and self._live(rows[0], 0, table.columns, execute_at)
             found = (((), self._row(rows[0], 0, table.columns)),) if alive else ()
             matching = (
@@ -944,7 +666,7 @@ class CassandraDataStore:
                 shape.append(None)
                 continue
             shape.append(op + ("=" if bound.inclusive else ""))
-            bounds.append(_to_driver(table.clustering[ranged][1], bound.value))
+            bounds.append(to_driver(table.clustering[ranged][1], bound.value))
         shape.append(selection.reverse)
         fetch = (selection.limit or MAX_ROWS_PER_SLICE) + (0 if selection.limit else 1)
         # Cassandra still holds rows whose TTL ran out as of executeAt (for the margin): page
@@ -954,7 +676,7 @@ class CassandraDataStore:
         width = len(table.clustering)
         live: list[Any] = []
         scanned = 0
-        async for page in _execute_pages(
+        async for page in execute_pages(
             self.session, statement, [*key_values, *prefix, *bounds, scan], fetch, now
         ):
             scanned += len(page)
@@ -975,7 +697,7 @@ class CassandraDataStore:
             return None, slice_too_large(selection.key)
         out = tuple(
             (
-                tuple(_from_driver(row[i], table.clustering[i][1]) for i in range(width)),
+                tuple(from_driver(row[i], table.clustering[i][1]) for i in range(width)),
                 self._row(row, width, table.columns),
             )
             for row in live[:fetch]
@@ -984,11 +706,11 @@ class CassandraDataStore:
 
     @staticmethod
     def _row(row: Any, start: int, columns: Sequence[tuple[str, str]]) -> tuple[object, ...]:
-        return tuple(_from_driver(row[start + i], t) for i, (_, t) in enumerate(columns))
+        return tuple(from_driver(row[start + i], t) for i, (_, t) in enumerate(columns))
 
     def _clustering_values(self, table: TableSchema, values: tuple[object, ...]) -> list[object]:
         return [
-            _to_driver(cql_type, value)
+            to_driver(cql_type, value)
             for (_, cql_type, _), value in zip(table.clustering, values, strict=False)
         ]
 
@@ -1016,13 +738,13 @@ class CassandraDataStore:
 
     async def _write_chunk(self, chunk: Sequence[PlannedWrite]) -> None:
         if len(chunk) == 1:
-            await _execute(self.session, chunk[0].statement, chunk[0].values, chunk[0].now)
+            await execute(self.session, chunk[0].statement, chunk[0].values, chunk[0].now)
             return
         batch = self._batch(self._unlogged, consistency_level=self.consistency)
         for planned in chunk:
             batch.add(planned.statement, planned.values)
         self.write_batches += 1
-        await _execute(self.session, batch, None, chunk[0].now, self._warned)
+        await execute(self.session, batch, None, chunk[0].now, self._warned)
 
     def _warned(self, warnings: Sequence[str]) -> None:
         self.server_warnings += 1
@@ -1087,7 +809,7 @@ class CassandraDataStore:
                     shape.append(None)
                     continue
                 shape.append(op + ("=" if bound.inclusive else ""))
-                bounds.append(_to_driver(table.clustering[len(prefix)][1], bound.value))
+                bounds.append(to_driver(table.clustering[len(prefix)][1], bound.value))
             statement = self._shaped(table, tuple(shape))
             return statement, [stamp, *key_values, *prefix, *bounds], None
         row = _checked_row(table, write.value, table.columns)
@@ -1109,172 +831,7 @@ def _checked_row(
 ) -> list[object]:
     if not isinstance(value, tuple) or len(value) != len(columns):
         raise ValueError(f"{table.qualified}: a row needs {len(columns)} values, got {value!r}")
-    return [_to_driver(t, v) for (_, t), v in zip(columns, value, strict=True)]
-
-
-def _now_payload(now_in_seconds: int | None) -> dict[str, bytes] | None:
-    if now_in_seconds is None:
-        return None
-    return {_NOW_KEY: now_in_seconds.to_bytes(8, "big", signed=True)}
-
-
-async def _execute(
-    session: Any,
-    statement: Any,
-    values: Sequence[object] | None,
-    now_in_seconds: int | None = None,
-    warned: Callable[[Sequence[str]], None] | None = None,
-) -> list[Any]:
-    """Run a prepared statement (or a batch: ``values`` None) and await its rows from the
-    driver's I/O thread; with ``now_in_seconds``, Cassandra takes that as the current time
-    (TTLs, expiry). ``warned`` is called (on the I/O thread) with Cassandra's warnings."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[list[Any]] = loop.create_future()
-
-    def done(rows: Any) -> None:
-        if warned is not None:
-            warnings = getattr(response, "warnings", None)
-            if warnings:
-                warned(list(warnings))
-        loop.call_soon_threadsafe(_settle, future, list(rows or []), None)
-
-    def failed(error: BaseException) -> None:
-        loop.call_soon_threadsafe(_settle, future, None, error)
-
-    response = session.execute_async(
-        statement,
-        None if values is None else list(values),
-        custom_payload=_now_payload(now_in_seconds),
-        timeout=REQUEST_TIMEOUT_SECONDS,
-    )
-    response.add_callbacks(done, failed)
-    return await future
-
-
-async def _execute_pages(
-    session: Any, statement: Any, values: Sequence[object], page: int, now_in_seconds: int
-) -> AsyncIterator[list[Any]]:
-    """The pages (``page`` rows each) of a prepared read, fetched one at a time as the
-    caller asks for the next."""
-    loop = asyncio.get_running_loop()
-    pages: asyncio.Queue[tuple[list[Any], BaseException | None]] = asyncio.Queue()
-    bound = statement.bind(list(values))
-    bound.fetch_size = page
-    response = session.execute_async(
-        bound, custom_payload=_now_payload(now_in_seconds), timeout=REQUEST_TIMEOUT_SECONDS
-    )
-    # The driver calls these once per page it fetches.
-    response.add_callbacks(
-        lambda rows: loop.call_soon_threadsafe(pages.put_nowait, (list(rows or []), None)),
-        lambda error: loop.call_soon_threadsafe(pages.put_nowait, ([], error)),
-    )
-    while True:
-        rows, error = await pages.get()
-        if error is not None:
-            raise error
-        yield rows
-        if not response.has_more_pages:
-            return
-        response.start_fetching_next_page()
-
-
-def _now_in_seconds_handler(base: Any) -> Any:
-    """``base`` (a driver protocol handler), sending an EXECUTE whose custom payload names a
-    "now" with native protocol v5's ``now_in_seconds`` instead: Cassandra then computes a
-    TTL'd cell's expiry, and ``TTL(col)``, from that time rather than its own clock."""
-    from cassandra.protocol import (
-        BatchMessage,
-        ExecuteMessage,
-        ProtocolVersion,
-        write_int,
-        write_string,
-    )
-
-    if getattr(base, "accord_now_in_seconds", False):
-        return base
-
-    class AtNow:
-        """A message carrying now_in_seconds (the driver has no field for it): its body as
-        the driver writes it, the flag set, the time last."""
-
-        def __init__(self, message: Any, now: int) -> None:
-            self.message = message
-            self.now = now
-            self.opcode = message.opcode
-            self.tracing = message.tracing
-            rest = {k: v for k, v in message.custom_payload.items() if k != _NOW_KEY}
-            self.custom_payload = rest or None
-
-        def send_body(self, f: Any, protocol_version: int) -> None:
-            if not ProtocolVersion.uses_int_query_flags(protocol_version):
-                raise ValueError(f"now_in_seconds needs protocol v5, not v{protocol_version}")
-            body, flags_at = self.body(protocol_version)
-            flags = int.from_bytes(body[flags_at : flags_at + 4], "big") | _NOW_IN_SECONDS_FLAG
-            body[flags_at : flags_at + 4] = flags.to_bytes(4, "big")
-            f.write(bytes(body))
-            write_int(f, self.now)
-
-        def body(self, protocol_version: int) -> tuple[bytearray, int]:
-            """The driver's body of an EXECUTE, and where its <flags>[int] sit."""
-            message = self.message
-            out = io.BytesIO()
-            write_string(out, message.query_id)
-            if ProtocolVersion.uses_prepared_metadata(protocol_version):
-                write_string(out, message.result_metadata_id)
-            # <consistency>[short] <flags>[int] ... (the query parameters).
-            flags_at = out.tell() + 2
-            message._write_query_params(out, protocol_version)
-            return bytearray(out.getvalue()), flags_at
-
-    class BatchAtNow(AtNow):
-        def body(self, protocol_version: int) -> tuple[bytearray, int]:
-            """The driver's body of a BATCH: ... <consistency>[short] <flags>[int], then the
-            optional <serial_consistency>[short] <timestamp>[long] <keyspace>[string]."""
-            message = self.message
-            out = io.BytesIO()
-            message.send_body(out, protocol_version)
-            tail = 4 + (2 if message.serial_consistency_level else 0)
-            tail += 8 if message.timestamp is not None else 0
-            if message.keyspace is not None:
-                tail += 2 + len(message.keyspace.encode("utf-8"))
-            body = bytearray(out.getvalue())
-            return body, len(body) - tail
-
-    class Handler(base):  # type: ignore[misc]
-        accord_now_in_seconds = True
-
-        @classmethod
-        def encode_message(
-            cls,
-            msg: Any,
-            stream_id: int,
-            protocol_version: int,
-            compressor: Any,
-            allow_beta_protocol_version: bool,
-        ) -> Any:
-            payload = msg.custom_payload
-            if payload and _NOW_KEY in payload:
-                now = int.from_bytes(payload[_NOW_KEY], "big", signed=True)
-                if isinstance(msg, ExecuteMessage):
-                    msg = AtNow(msg, now)
-                elif isinstance(msg, BatchMessage):
-                    msg = BatchAtNow(msg, now)
-            return super().encode_message(
-                msg, stream_id, protocol_version, compressor, allow_beta_protocol_version
-            )
-
-    return Handler
-
-
-def _settle(
-    future: asyncio.Future[list[Any]], rows: list[Any] | None, error: BaseException | None
-) -> None:
-    if future.done():  # cancelled while the driver worked
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(rows or [])
+    return [to_driver(t, v) for (_, t), v in zip(columns, value, strict=True)]
 
 
 def tables_from_cluster(

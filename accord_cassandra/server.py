@@ -38,7 +38,6 @@ from accord_cassandra.datastore import (
     MAX_NODE_ID,
     AsyncDataStore,
     CassandraDataStore,
-    MemoryDataStore,
     tables_from_cluster,
 )
 from accord_cassandra.errors import AccordCassandraError
@@ -50,6 +49,7 @@ from accord_cassandra.frames import (
 )
 from accord_cassandra.host import MAX_PENDING_CLIENTS, Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal, JournalCorrupt
+from accord_cassandra.memory_store import MemoryDataStore
 from accord_cassandra.metrics import MetricsServer, registry_of
 from accord_cassandra.native.agreement import schema_agreement
 from accord_cassandra.native.endpoint import CqlEndpoint, Failure

@@ -96,7 +96,7 @@ def parse(raw: bytes, keyspaces: frozenset[str]) -> tuple[str, str, str, int, in
 
 async def execute(session: Any, statement: Any, values: Sequence[object]) -> list[Any]:
     """A prepared statement awaited from the driver's I/O thread, as the sidecar's store
-    does it (``accord_cassandra.datastore._execute``, without the now_in_seconds payload)."""
+    does it (``accord_cassandra.cql_requests.execute``, without the now_in_seconds payload)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[list[Any]] = loop.create_future()
 

@@ -99,7 +99,7 @@ def install(directory: str) -> None:
 
     Peers.send = traced_send  # type: ignore[method-assign]
 
-    from accord_cassandra import datastore
+    from accord_cassandra import cql_requests, datastore
 
     async def traced_execute(
         session: Any,
@@ -136,14 +136,14 @@ def install(directory: str) -> None:
         response = session.execute_async(
             statement,
             None if values is None else list(values),
-            custom_payload=datastore._now_payload(now_in_seconds),
-            timeout=datastore.REQUEST_TIMEOUT_SECONDS,
+            custom_payload=cql_requests.now_payload(now_in_seconds),
+            timeout=cql_requests.REQUEST_TIMEOUT_SECONDS,
         )
         events.append((tag, "execute_async returned", now() - sent))
         response.add_callbacks(done, failed)
         return await future
 
-    datastore._execute = traced_execute
+    datastore.execute = traced_execute  # type: ignore[attr-defined]
 
     def dump() -> None:
         node = node_of.get("node", 0)

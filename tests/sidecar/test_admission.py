@@ -11,9 +11,9 @@ import pytest
 
 from accord import Key, NodeConfig, Put, Txn, Update, ring_topology, sim_key
 from accord.primitives import Const
-from accord_cassandra.datastore import MemoryDataStore
 from accord_cassandra.host import Admission, Overloaded, SidecarHost
 from accord_cassandra.journal import FileJournal
+from accord_cassandra.memory_store import MemoryDataStore
 
 
 def test_a_slot_stays_taken_until_the_node_answers_not_until_the_caller_gives_up(

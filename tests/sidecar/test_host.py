@@ -12,9 +12,9 @@ import pytest
 from accord import Put, Timestamp, Txn, Update, WriteOp, ring_topology, sim_key
 from accord.api import JournalRecord
 from accord.primitives import Const
-from accord_cassandra.datastore import MemoryDataStore
 from accord_cassandra.host import SidecarHost
 from accord_cassandra.journal import FileJournal
+from accord_cassandra.memory_store import MemoryDataStore
 
 
 class FullDisk(FileJournal):

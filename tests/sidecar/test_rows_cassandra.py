@@ -50,10 +50,10 @@ from accord_cassandra.datastore import (
     LATE_READ_SECONDS,
     TTL_MARGIN_SECONDS,
     CassandraDataStore,
-    MemoryDataStore,
     tables_from_cluster,
 )
 from accord_cassandra.launcher import CassandraHandle
+from accord_cassandra.memory_store import MemoryDataStore
 from accord_cassandra.schema import Catalog
 from tests.sidecar.conftest import CassandraSidecars, log_tails
 from tests.sidecar.ledger import Ledger
@@ -992,8 +992,8 @@ def test_a_wide_transactions_writes_go_in_few_batches_cassandra_does_not_warn_ab
     assert store.writes_executed == 40
     assert store.server_warnings == 0
 
-    monkeypatch.setattr("accord_cassandra.datastore.WRITE_BATCH_PARTITIONS_MAX", 1000)
-    monkeypatch.setattr("accord_cassandra.datastore.WRITE_BATCH_BYTES_MAX", 1_000_000)
+    monkeypatch.setattr("accord_cassandra.cql_requests.WRITE_BATCH_PARTITIONS_MAX", 1000)
+    monkeypatch.setattr("accord_cassandra.cql_requests.WRITE_BATCH_BYTES_MAX", 1_000_000)
     unlimited = CassandraDataStore(sidecars.session, catalog)
     asyncio.run(write_and_read(unlimited, uuid.uuid4().hex[:8]))
     assert unlimited.write_batches == 2  # one per now_in_seconds

@@ -20,9 +20,9 @@ from accord import NodeConfig, Put, ReadOf, Status, Txn, Update, ring_topology, 
 from accord.messages import Apply, Envelope, OutcomeDurable
 from accord.primitives import BinOp, Const
 from accord.testing import Bugs
-from accord_cassandra.datastore import MemoryDataStore
 from accord_cassandra.host import SidecarHost
 from accord_cassandra.journal import FileJournal
+from accord_cassandra.memory_store import MemoryDataStore
 
 A = sim_key("a")
 # A += (7,): re-executed over its own write, it becomes (7, 7).

@@ -21,7 +21,8 @@ import pytest
 from accord import Bound, RowAt, Slice, Timestamp, WriteOp, WriteScope
 from accord.primitives.txn import execute
 from accord_cassandra.client import Result, Transaction
-from accord_cassandra.datastore import HLC_BASE_MICROS, MemoryDataStore
+from accord_cassandra.datastore import HLC_BASE_MICROS
+from accord_cassandra.memory_store import MemoryDataStore
 from accord_cassandra.schema import (
     Catalog,
     SchemaError,

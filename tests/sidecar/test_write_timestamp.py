@@ -18,9 +18,9 @@ from accord import Key, RowAt, Timestamp, WriteOp
 from accord_cassandra.datastore import (
     HLC_BASE_MICROS,
     MAX_NODE_ID,
-    MemoryDataStore,
     write_timestamp,
 )
+from accord_cassandra.memory_store import MemoryDataStore
 
 # HLC values are wall-clock microseconds: from the mapping's base (2024) to beyond 2090.
 hlcs = st.one_of(

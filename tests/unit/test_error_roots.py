@@ -18,7 +18,7 @@ from stacksaga_store import StackSagaError
 
 # Not under the root on purpose: StepError is user code's to raise; SimulatedCrash and
 # SimulatedCommitCrash are BaseException test hooks that must escape every handler. The other
-# three are internal to modules other branches still change; they never reach a caller (each
+# two are internal to modules other branches still change; they never reach a caller (each
 # becomes a gRPC status).
 OUTSIDE_THE_ROOT = {
     "stacksaga_store.errors.StepError",
@@ -27,7 +27,6 @@ OUTSIDE_THE_ROOT = {
     "stacksaga_store.recovery.commit_modes.SimulatedCrash",
     "stacksaga_store.store.accord_changes.SimulatedCommitCrash",
     "accord_cassandra.translate.RequestError",
-    "accord_cassandra.datastore.ReadTooLate",
     "accord_cassandra.host.Overloaded",
 }
 

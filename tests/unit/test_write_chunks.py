@@ -1,5 +1,5 @@
 """How a sidecar cuts one transaction's writes into Cassandra requests
-(accord_cassandra.datastore.write_chunks): every write exactly once, one partition's writes
+(accord_cassandra.cql_requests.write_chunks): every write exactly once, one partition's writes
 together, one now_in_seconds per request, and no batch of several partitions that Cassandra's
 default thresholds warn about (over 10 partitions, or over 5 KiB)."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from accord import Key, WriteOp
 from accord.primitives.keys import sim_key
-from accord_cassandra.datastore import (
+from accord_cassandra.cql_requests import (
     WRITE_BATCH_BYTES_MAX,
     WRITE_BATCH_PARTITIONS_MAX,
     PlannedWrite,
