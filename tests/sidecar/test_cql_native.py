@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from cassandra import InvalidRequest, ProtocolVersion
+from cassandra import ConsistencyLevel, InvalidRequest, ProtocolVersion
 from cassandra.cluster import Cluster, NoHostAvailable, Session
+from cassandra.query import SimpleStatement
 
 from accord_cassandra.launcher import CassandraHandle
 from accord_cassandra.native import frame as f
@@ -113,13 +114,20 @@ def test_plain_cql_passes_through_and_plain_writes_to_accord_tables_are_refused(
         session.execute(
             f"CREATE TABLE IF NOT EXISTS {ks}.notes (id int PRIMARY KEY, body text)", timeout=120
         )
-        session.execute(f"INSERT INTO {ks}.notes (id, body) VALUES (1, 'plain')", timeout=60)
+        # QUORUM both ways: the endpoint passes the client's consistency level on, and at the
+        # driver's default (LOCAL_ONE) a read may reach a replica the write has not yet.
+        quorum = ConsistencyLevel.QUORUM
+        plain = f"INSERT INTO {ks}.notes (id, body) VALUES (1, 'plain')"
+        session.execute(SimpleStatement(plain, consistency_level=quorum), timeout=60)
         insert = session.prepare(f"INSERT INTO {ks}.notes (id, body) VALUES (?, ?)")
+        insert.consistency_level = quorum
         session.execute(insert, [2, "prepared"], timeout=60)
-        rows = session.execute(f"SELECT id, body FROM {ks}.notes", timeout=60)
+        select = SimpleStatement(f"SELECT id, body FROM {ks}.notes", consistency_level=quorum)
+        rows = session.execute(select, timeout=60)
         assert sorted((r.id, r.body) for r in rows) == [(1, "plain"), (2, "prepared")]
         # Seen by Cassandra itself, not only by the endpoint.
-        direct = bank.session.execute(f"SELECT body FROM {ks}.notes WHERE id = 2").one()
+        read = f"SELECT body FROM {ks}.notes WHERE id = 2"
+        direct = bank.session.execute(SimpleStatement(read, consistency_level=quorum)).one()
         assert direct.body == "prepared"
         session.execute(f"USE {ks}")
         with pytest.raises(InvalidRequest, match="managed by Accord"):
