@@ -21,6 +21,14 @@ one more is closed as soon as it is accepted. A connection that has not, within
 sent a whole first frame is closed. Only a connection whose first batch authenticated may
 then stay idle, so what anyone able to reach the port can hold is at most
 ``max_connections`` sockets, each for that long, each with at most one frame's buffer.
+
+Dead peers: a peer that vanishes without a word (powered off, or cut off by the network: no
+FIN, no RST) would otherwise hold its connection at both ends for good: the listener's slot
+(a peer that comes back opens a new one beside it), and the sender's socket, which takes
+batches into its buffer for TCP to retransmit for a quarter of an hour. Both ends therefore
+set TCP keepalive and ``TCP_USER_TIMEOUT`` (:func:`keep_alive`) so that the kernel ends such a
+connection within about ``dead_peer_seconds``; the sender then reconnects, and until the
+peer answers again it counts as unreachable (accord_cassandra/transport.py).
 """
 
 from __future__ import annotations
@@ -52,6 +60,11 @@ LENGTH = struct.Struct(">I")
 # it bounds what unauthenticated clients can make the listener buffer to 1 GiB.
 MAX_CONNECTIONS = 128
 AUTH_TIMEOUT_SECONDS = 10.0
+# The default of config peer_frame_dead_peer_seconds: how long a connection whose peer
+# acknowledges nothing (neither data nor keepalive probes) lasts. Probes are tiny, and an
+# honest peer's reconnect costs a handshake: no reason to wait for TCP's own 15 minutes.
+DEAD_PEER_SECONDS = 30.0
+KEEPALIVE_PROBES = 3
 # Connections the kernel queues while the listener is not accepting (asyncio's own).
 LISTEN_BACKLOG = 100
 # After accept() fails (no file descriptor left): the retry's pause, as asyncio's server's.
@@ -92,7 +105,9 @@ class FrameListener:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_connections: int = MAX_CONNECTIONS,
         auth_timeout_seconds: float = AUTH_TIMEOUT_SECONDS,
+        dead_peer_seconds: float = DEAD_PEER_SECONDS,
     ) -> None:
+        check_dead_peer_seconds(dead_peer_seconds)
         if not 0 < max_frame_bytes <= 0xFFFFFFFF:
             raise ValueError(f"max_frame_bytes must be 1..{0xFFFFFFFF}, not {max_frame_bytes}")
         if max_connections < 1:
@@ -105,6 +120,7 @@ class FrameListener:
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self.auth_timeout_seconds = auth_timeout_seconds
+        self.dead_peer_seconds = dead_peer_seconds
         self.socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         # One task per admitted connection, from its accept to its close; its writer once
@@ -181,6 +197,7 @@ class FrameListener:
             # As asyncio's own servers do: the listener's rare writes (a refusal line, TLS)
             # need not wait for an acknowledgement.
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keep_alive(client, self.dead_peer_seconds)
             task = asyncio.create_task(self._serve(client))
             self._connections[task] = None
             task.add_done_callback(self._ended)
@@ -261,8 +278,10 @@ class FrameListener:
                 return
             if first is not None:
                 await self._frames(reader, writer, first)
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass  # the peer went away (or never spoke): its sender reconnects
+        except (asyncio.IncompleteReadError, OSError):
+            # The peer went away (or never spoke; a TLS error is an OSError too), or it
+            # vanished and the kernel gave up on it (TimeoutError): its sender reconnects.
+            pass
         finally:
             # Without a writer the transport, if any, closed the socket when its handshake
             # failed; closing it again does nothing.
@@ -334,12 +353,19 @@ class FrameConnection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float
+        cls,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        timeout: float,
+        dead_peer_seconds: float = DEAD_PEER_SECONDS,
     ) -> FrameConnection:
+        check_dead_peer_seconds(dead_peer_seconds)
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(
                 host, port, ssl=ssl_context, server_hostname=host if ssl_context else None
             )
+        keep_alive(writer.get_extra_info("socket"), dead_peer_seconds)
         writer.write(MAGIC)
         return cls(reader, writer)
 
@@ -371,6 +397,32 @@ class FrameConnection:
                 self._reader.cancel()
 
 
+def check_dead_peer_seconds(seconds: float) -> None:
+    if not 2 <= seconds <= 3600:
+        raise ValueError(f"dead_peer_seconds must be 2..3600, not {seconds}")
+
+
+def keep_alive(sock: Any, dead_peer_seconds: float) -> None:
+    """Have the kernel end the TCP connection ``sock`` once its peer has acknowledged nothing
+    for about ``dead_peer_seconds``: keepalive probes from half that long idle on (the peer
+    answers them as long as it is there, whether or not its process reads), and
+    ``TCP_USER_TIMEOUT`` for data sent and not acknowledged, which keepalive alone never
+    ends. The reader then fails with ``TimeoutError``. Where the platform lacks an option
+    (``TCP_USER_TIMEOUT`` is Linux's), keepalive is left at the system's timing."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle = max(1, int(dead_peer_seconds / 2))
+    interval = max(1, int(dead_peer_seconds / 2 / KEEPALIVE_PROBES))
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", interval),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+        ("TCP_USER_TIMEOUT", int(dead_peer_seconds * 1000)),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 def client_ssl_context(
     ca: bytes | None, certificate: str | None = None, private_key: str | None = None
 ) -> ssl.SSLContext:
@@ -398,6 +450,7 @@ def server_ssl_context(
 
 __all__: Sequence[str] = [
     "AUTH_TIMEOUT_SECONDS",
+    "DEAD_PEER_SECONDS",
     "MAGIC",
     "MAX_CONNECTIONS",
     "MAX_FRAME_BYTES",
@@ -405,5 +458,6 @@ __all__: Sequence[str] = [
     "FrameListener",
     "auth_context_of",
     "client_ssl_context",
+    "keep_alive",
     "server_ssl_context",
 ]

@@ -508,7 +508,11 @@ def _frame_connector(
 
         async def connect() -> FrameConnection:
             return await FrameConnection.open(
-                host.strip("[]"), port, context, FRAME_CONNECT_SECONDS
+                host.strip("[]"),
+                port,
+                context,
+                FRAME_CONNECT_SECONDS,
+                config.peer_frame_dead_peer_seconds,
             )
 
         return connect
@@ -764,6 +768,7 @@ class Sidecar:
                 max_frame_bytes=config.peer_frame_max_bytes,
                 max_connections=config.peer_frame_max_connections,
                 auth_timeout_seconds=config.peer_frame_auth_timeout_seconds,
+                dead_peer_seconds=config.peer_frame_dead_peer_seconds,
             )
             try:
                 self.peer_frames_listen = await _bind_frames(

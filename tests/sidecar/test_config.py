@@ -133,6 +133,11 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             ["peer_frame_auth_timeout_seconds", "greater than 0"],
             id="frame-auth-timeout",
         ),
+        pytest.param(
+            {"peer_frame_dead_peer_seconds": 1},
+            ["peer_frame_dead_peer_seconds", "greater than or equal to 2"],
+            id="frame-dead-peer-too-soon",
+        ),
         pytest.param({"batch_max_parts": 0}, ["batch_max_parts"], id="batch-none"),
         pytest.param({"batch_max_parts": 257}, ["batch_max_parts", "256"], id="batch-many"),
         pytest.param({"batch_max_keys": 2000}, ["batch_max_keys", "1024"], id="batch-keys"),
