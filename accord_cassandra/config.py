@@ -283,10 +283,11 @@ class SidecarConfig(BaseSettings):
     # long after it arrived is closed: only authenticated peers may sit idle.
     peer_frame_max_connections: int = Field(default=MAX_FRAME_CONNECTIONS, ge=1, le=65_536)
     peer_frame_auth_timeout_seconds: float = Field(default=FRAME_AUTH_TIMEOUT_SECONDS, gt=0, le=600)
-    # A frame connection (either end) whose peer acknowledged nothing, data or keepalive
-    # probe, for about this long is ended by the kernel: a peer gone without a word (power,
-    # network) holds no slot and swallows no batch for longer (frames.py, "Dead peers").
-    peer_frame_dead_peer_seconds: float = Field(default=FRAME_DEAD_PEER_SECONDS, ge=2, le=3600)
+    # A peer connection (either end, framed or gRPC) whose peer acknowledged nothing, data
+    # or keepalive probe, for about this long is ended: a peer gone without a word (power,
+    # network) holds no slot and swallows no batch for longer (frames.py, "Dead peers";
+    # transport.keepalive_options).
+    peer_dead_seconds: float = Field(default=FRAME_DEAD_PEER_SECONDS, ge=2, le=3600)
     peer_replay_window_seconds: float = Field(default=60.0, gt=0, le=3600)
     allow_insecure_peers: bool = False
     metrics_listen: str | None = None

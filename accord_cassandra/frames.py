@@ -60,7 +60,7 @@ LENGTH = struct.Struct(">I")
 # it bounds what unauthenticated clients can make the listener buffer to 1 GiB.
 MAX_CONNECTIONS = 128
 AUTH_TIMEOUT_SECONDS = 10.0
-# The default of config peer_frame_dead_peer_seconds: how long a connection whose peer
+# The default of config peer_dead_seconds: how long a connection whose peer
 # acknowledges nothing (neither data nor keepalive probes) lasts. Probes are tiny, and an
 # honest peer's reconnect costs a handshake: no reason to wait for TCP's own 15 minutes.
 DEAD_PEER_SECONDS = 30.0

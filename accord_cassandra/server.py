@@ -77,7 +77,7 @@ from accord_cassandra.translate import (
     to_response,
     to_txn,
 )
-from accord_cassandra.transport import Peers, PeerServicer
+from accord_cassandra.transport import Peers, PeerServicer, keepalive_options
 from accord_cassandra.v1 import client_pb2, client_pb2_grpc, peer_pb2
 
 logger = logging.getLogger(__name__)
@@ -378,7 +378,11 @@ def _add_raw_stream_unary(
 
 
 def _channel_factory(config: SidecarConfig) -> Any:
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *RECONNECT_OPTIONS]
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        *RECONNECT_OPTIONS,
+        *keepalive_options(config.peer_dead_seconds),
+    ]
     if config.peer_listen is not None:
         # Peers dial each other's peer port: TLS there is peer_tls (mutual with mtls).
         if config.peer_tls is None:
@@ -512,7 +516,7 @@ def _frame_connector(
                 port,
                 context,
                 FRAME_CONNECT_SECONDS,
-                config.peer_frame_dead_peer_seconds,
+                config.peer_dead_seconds,
             )
 
         return connect
@@ -743,7 +747,11 @@ class Sidecar:
         started = time.perf_counter()
         # Ports first: with port 0 the kernel picks them, and whoever started this process
         # learns them from the address file (and may only then know every peer's address).
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        # Peers' pings are answered on whichever server takes the peer port.
+        keepalive = keepalive_options(config.peer_dead_seconds)
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS + (keepalive if config.peer_listen is None else ())
+        )
         self.server = server
         # A port that cannot be bound fails the start here, before anything runs, with one
         # line naming the setting.
@@ -753,7 +761,7 @@ class Sidecar:
             raise StartupError(f"listen: cannot bind {config.listen}: {_why(error)}") from None
         peer_server = server
         if config.peer_listen is not None:
-            peer_server = grpc.aio.server(options=SERVER_OPTIONS)
+            peer_server = grpc.aio.server(options=SERVER_OPTIONS + keepalive)
             self.peer_server = peer_server
             try:
                 self.peer_listen = await _bind_peer(peer_server, config, config.peer_listen)
@@ -768,7 +776,7 @@ class Sidecar:
                 max_frame_bytes=config.peer_frame_max_bytes,
                 max_connections=config.peer_frame_max_connections,
                 auth_timeout_seconds=config.peer_frame_auth_timeout_seconds,
-                dead_peer_seconds=config.peer_frame_dead_peer_seconds,
+                dead_peer_seconds=config.peer_dead_seconds,
             )
             try:
                 self.peer_frames_listen = await _bind_frames(

@@ -104,6 +104,27 @@ class TransportMetrics:
     refused_connections: int = 0
 
 
+def keepalive_options(dead_seconds: float) -> tuple[tuple[str, int], ...]:
+    """gRPC channel and server options under which either end of a peer connection pings
+    the other every ``dead_seconds / 2`` and ends the connection when a ping goes
+    unanswered for as long again: a peer gone without a word (no FIN, no RST) then turns
+    the sender's calls UNAVAILABLE (the peer unreachable) instead of having TCP retransmit
+    into the void for a quarter of an hour (frames.py, "Dead peers", does the same with TCP
+    options). Both ends are sidecars, so each also accepts the other's pings that often,
+    with or without calls or data in flight (by gRPC's defaults a server answers pings
+    without data more often than every five minutes with GOAWAY)."""
+    half = max(1000, int(dead_seconds * 500))
+    return (
+        ("grpc.keepalive_time_ms", half),
+        ("grpc.keepalive_timeout_ms", half),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # Twice as often as an honest peer pings: only a flood earns strikes (gRPC's
+        # default two, then GOAWAY), as before.
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", half // 2),
+    )
+
+
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     def __init__(
         self,

@@ -134,8 +134,8 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             id="frame-auth-timeout",
         ),
         pytest.param(
-            {"peer_frame_dead_peer_seconds": 1},
-            ["peer_frame_dead_peer_seconds", "greater than or equal to 2"],
+            {"peer_dead_seconds": 1},
+            ["peer_dead_seconds", "greater than or equal to 2"],
             id="frame-dead-peer-too-soon",
         ),
         pytest.param({"batch_max_parts": 0}, ["batch_max_parts"], id="batch-none"),

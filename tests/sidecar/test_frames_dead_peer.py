@@ -5,7 +5,8 @@ cutting the pair's far end drops every packet both ways, as a power cut or a net
 partition does, so neither a FIN nor a RST ever arrives. A killed process would not do:
 its kernel closes the connection for it. Without keepalive and ``TCP_USER_TIMEOUT`` the
 listener keeps such a connection (and its slot) for good, and the sender keeps taking
-batches into a socket TCP retransmits for a quarter of an hour: both tests fail.
+batches into a socket TCP retransmits for a quarter of an hour; on gRPC, without
+keepalive pings (transport.keepalive_options), the sender likewise. Every test fails.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from accord.messages import Envelope, InformDurable
 from accord.primitives import Timestamp
 from accord_cassandra.frames import FrameConnection, FrameListener
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
-from accord_cassandra.transport import PeerSender, PeerServicer
+from accord_cassandra.server import RECONNECT_OPTIONS
+from accord_cassandra.transport import PeerSender, PeerServicer, keepalive_options
 from accord_cassandra.transport import TransportMetrics as Metrics
 
 pytestmark = pytest.mark.skipif(
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 KEY = PeerKey("test", b"k" * 32)
+STREAM_KEY = PeerKey("k", b"s" * 32)  # tests/sidecar/test_transport_stream.py's Receiver's
 DEAD_PEER_SECONDS = 2.0
 # Noticed within the dead-peer time plus a keepalive probe or a retransmission's spacing;
 # the slack is for a loaded machine. Without the options nothing is noticed for minutes.
@@ -226,6 +229,58 @@ def test_a_sender_whose_peer_vanished_finds_it_unreachable_then_back(
             await _sending(sender, lambda: bool(reports), "the vanished peer found unreachable")
             assert reports == [False]
             assert not sender.reachable
+            namespace.heal()
+            before = sender.metrics.batches_sent
+            await _sending(sender, lambda: len(reports) == 2, "the peer reachable again")
+            assert reports == [False, True]
+            assert sender.metrics.batches_sent > before
+        finally:
+            await sender.close()
+
+    asyncio.run(run())
+
+
+def grpc_serve_in_namespace(host: str) -> None:
+    """The peer's end on gRPC, run inside the namespace: ``Peer.Stream`` served as the
+    sidecar serves it, with its keepalive options; prints its port."""
+    from tests.sidecar.test_transport_stream import Receiver
+
+    async def run() -> None:
+        receiver = Receiver(stream=True)
+        receiver.server = grpc.aio.server(options=keepalive_options(DEAD_PEER_SECONDS))
+        await receiver.start(f"{host}:0")
+        print(receiver.address.rpartition(":")[2], flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def _grpc_sender(address: str, reached: Callable[[int, bool], None]) -> PeerSender:
+    options = (*RECONNECT_OPTIONS, *keepalive_options(DEAD_PEER_SECONDS))
+    channel = grpc.aio.insecure_channel(address, options=options)
+    stamper = BatchStamper(STREAM_KEY)
+    return PeerSender(1, 2, channel, Metrics(), stamper, None, on_reachability=reached)
+
+
+def test_on_grpc_a_vanished_peer_is_found_unreachable_then_back(namespace: Namespace) -> None:
+    async def run() -> None:
+        peer = namespace.python(f"grpc_serve_in_namespace({namespace.inside!r})")
+        port = int(await asyncio.to_thread(_line, peer))
+        reports: list[bool] = []
+        sender = _grpc_sender(f"{namespace.inside}:{port}", lambda _, r: reports.append(r))
+        sender.start()
+        try:
+            sender.send(_message(1))
+            await _until(lambda: sender.metrics.batches_sent == 1, 10, "the first batch")
+            # Idle for several ping periods: a live peer answers the pings and stays
+            # reachable (keepalive must not take a quiet peer for a dead one).
+            await asyncio.sleep(3 * DEAD_PEER_SECONDS)
+            sender.send(_message(2))
+            await _until(lambda: sender.metrics.batches_sent == 2, 10, "a batch after idling")
+            assert reports == []
+            namespace.cut()
+            await _sending(sender, lambda: bool(reports), "the vanished peer found unreachable")
+            assert reports == [False]
             namespace.heal()
             before = sender.metrics.batches_sent
             await _sending(sender, lambda: len(reports) == 2, "the peer reachable again")
