@@ -26,7 +26,7 @@ from accord_cassandra.transport import CODEC_VERSION
 from accord_cassandra.v1 import client_pb2 as pb
 from accord_cassandra.v1 import peer_pb2, peer_pb2_grpc
 from tests.sidecar.bank import Bank, verify_ledger
-from tests.sidecar.conftest import TOKEN, log_tails
+from tests.sidecar.conftest import EMBEDDED_TABLES, TIMING, TOKEN, _stop, log_tails
 from tests.sidecar.ledger import Ledger
 from tests.sidecar.saga_tables import write_and_read_all_nine
 
@@ -568,6 +568,34 @@ def test_survivors_learn_a_killed_peer_is_unreachable_and_reachable_again(
             lambda s=sidecar: _unreachable_seen(s.metrics_address) == 0,
             f"sidecar {sidecar.address} reports the restarted peer reachable",
         )
+
+
+def test_peers_on_grpc_with_keepalive_stay_reachable_while_idle(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # The gRPC peer path with its keepalive pings as the sidecar sets them (server and
+    # channels, transport.keepalive_options): pinging every second, idle peers answer, stay
+    # reachable and serve. tests/sidecar/test_frames_dead_peer.py cuts a vanished one off.
+    cluster = LocalSidecars(
+        tmp_path_factory.mktemp("grpc-peers"),
+        tables=EMBEDDED_TABLES,
+        client_token=TOKEN,
+        extra={"timing": TIMING, "peer_frames_listen": None, "peer_dead_seconds": 2},
+    )
+    try:
+        cluster.start(timeout=60)
+        serving_everywhere(cluster)
+        time.sleep(6)  # idle: three ping periods, nothing else on the connections
+        for sidecar in cluster.sidecars.values():
+            assert _unreachable_seen(sidecar.metrics_address) == 0, log_tails(cluster)
+        serving_everywhere(cluster)
+        frames = sum(
+            metrics_of(s.metrics_address).get("accord_peer_frame_connections", 0)
+            for s in cluster.sidecars.values()
+        )
+        assert frames == 0  # on gRPC indeed
+    finally:
+        _stop(cluster)
 
 
 # ---------------------------------------------------------------------------- clustered bank
