@@ -54,6 +54,8 @@ from accord_cassandra.host import (
     MAX_WAITING,
     WAITING_PER_SLOT,
 )
+from accord_cassandra.native.endpoint import DEAD_CLIENT_SECONDS as CQL_DEAD_CLIENT_SECONDS
+from accord_cassandra.native.endpoint import MAX_CONNECTIONS as CQL_MAX_CONNECTIONS
 from accord_cassandra.peerauth import PeerAuthMode, is_loopback
 from accord_cassandra.ports import BIND_RETRY_SECONDS
 from accord_cassandra.schema import Catalog, SchemaError
@@ -301,6 +303,10 @@ class SidecarConfig(BaseSettings):
     cql_plain_writes: list[str] = Field(default_factory=list)
     cql_max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     cql_prepared_cache: int = Field(default=1024, ge=1, le=1_000_000)
+    # Client connections open at once (one more is closed on arrival; each holds one to
+    # Cassandra), and how long a client that acknowledges nothing keeps its connection.
+    cql_max_connections: int = Field(default=CQL_MAX_CONNECTIONS, ge=1, le=65_536)
+    cql_dead_client_seconds: float = Field(default=CQL_DEAD_CLIENT_SECONDS, ge=2, le=3600)
     # What drivers learn of the cluster through the endpoint (docs/sidecars.md, "Drivers
     # find the other sidecars"): every sidecar's CQL endpoint {node_id: host:port} as
     # drivers are to reach it, each standing for the Cassandra node in cassandra_hosts;

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accord.invariants import fail
+from accord_cassandra.ports import check_dead_peer_seconds, keep_alive
 from accord_cassandra.transport import (
     MAX_FRAME_BYTES,
     BatchRefused,
@@ -64,7 +65,6 @@ AUTH_TIMEOUT_SECONDS = 10.0
 # acknowledges nothing (neither data nor keepalive probes) lasts. Probes are tiny, and an
 # honest peer's reconnect costs a handshake: no reason to wait for TCP's own 15 minutes.
 DEAD_PEER_SECONDS = 30.0
-KEEPALIVE_PROBES = 3
 # Connections the kernel queues while the listener is not accepting (asyncio's own).
 LISTEN_BACKLOG = 100
 # After accept() fails (no file descriptor left): the retry's pause, as asyncio's server's.
@@ -397,32 +397,6 @@ class FrameConnection:
                 self._reader.cancel()
 
 
-def check_dead_peer_seconds(seconds: float) -> None:
-    if not 2 <= seconds <= 3600:
-        raise ValueError(f"dead_peer_seconds must be 2..3600, not {seconds}")
-
-
-def keep_alive(sock: Any, dead_peer_seconds: float) -> None:
-    """Have the kernel end the TCP connection ``sock`` once its peer has acknowledged nothing
-    for about ``dead_peer_seconds``: keepalive probes from half that long idle on (the peer
-    answers them as long as it is there, whether or not its process reads), and
-    ``TCP_USER_TIMEOUT`` for data sent and not acknowledged, which keepalive alone never
-    ends. The reader then fails with ``TimeoutError``. Where the platform lacks an option
-    (``TCP_USER_TIMEOUT`` is Linux's), keepalive is left at the system's timing."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    idle = max(1, int(dead_peer_seconds / 2))
-    interval = max(1, int(dead_peer_seconds / 2 / KEEPALIVE_PROBES))
-    for name, value in (
-        ("TCP_KEEPIDLE", idle),
-        ("TCP_KEEPINTVL", interval),
-        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
-        ("TCP_USER_TIMEOUT", int(dead_peer_seconds * 1000)),
-    ):
-        option = getattr(socket, name, None)
-        if option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
-
-
 def client_ssl_context(
     ca: bytes | None, certificate: str | None = None, private_key: str | None = None
 ) -> ssl.SSLContext:
@@ -458,6 +432,5 @@ __all__: Sequence[str] = [
     "FrameListener",
     "auth_context_of",
     "client_ssl_context",
-    "keep_alive",
     "server_ssl_context",
 ]

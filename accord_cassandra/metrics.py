@@ -228,6 +228,14 @@ class SidecarCollector(Collector):
                 "Schema changes relayed before the Cassandra nodes agreed (the wait ran out)",
                 cql.agreement_timeouts,
             )
+            yield _counter(
+                "accord_cql_connections_refused",
+                "CQL connections closed on arrival, cql_max_connections being open",
+                cql.refused_connections,
+            )
+            yield _gauge(
+                "accord_cql_connections", "CQL client connections open", len(cql.connections)
+            )
 
 
 def registry_of(sidecar: Sidecar) -> CollectorRegistry:

@@ -9,6 +9,10 @@ A fixed, non-zero port is the other case: a process that restarts on the address
 already know. The port was just released by the process before it, and may still be held for
 a moment (an outgoing connection of another process that happened to get it as its
 ephemeral port, say), so binding it is retried for ``BIND_RETRY_SECONDS`` before giving up.
+
+And a connection's other end may vanish without a word (powered off, cut off by the network:
+no FIN, no RST); :func:`keep_alive` has the kernel end such a connection instead of keeping
+it, and whatever it holds, for good.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import errno
 import json
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,6 +33,7 @@ T = TypeVar("T")
 
 BIND_RETRY_SECONDS = 10.0
 BIND_RETRY_PAUSE_SECONDS = 0.2
+KEEPALIVE_PROBES = 3
 POLL_SECONDS = 0.05
 
 
@@ -103,10 +109,38 @@ async def wait_for_json(path: Path, timeout: float) -> Any:
     return found
 
 
+def check_dead_peer_seconds(seconds: float) -> None:
+    if not 2 <= seconds <= 3600:
+        raise ValueError(f"dead_peer_seconds must be 2..3600, not {seconds}")
+
+
+def keep_alive(sock: Any, dead_peer_seconds: float) -> None:
+    """Have the kernel end the TCP connection ``sock`` once its peer has acknowledged nothing
+    for about ``dead_peer_seconds``: keepalive probes from half that long idle on (the peer
+    answers them as long as it is there, whether or not its process reads), and
+    ``TCP_USER_TIMEOUT`` for data sent and not acknowledged, which keepalive alone never
+    ends. The reader then fails with ``TimeoutError``. Where the platform lacks an option
+    (``TCP_USER_TIMEOUT`` is Linux's), keepalive is left at the system's timing."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle = max(1, int(dead_peer_seconds / 2))
+    interval = max(1, int(dead_peer_seconds / 2 / KEEPALIVE_PROBES))
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", interval),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+        ("TCP_USER_TIMEOUT", int(dead_peer_seconds * 1000)),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 __all__ = [
     "BIND_RETRY_SECONDS",
     "AddressInUse",
     "bind_retrying",
+    "check_dead_peer_seconds",
+    "keep_alive",
     "read_json",
     "split_address",
     "wait_for_json",

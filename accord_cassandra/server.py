@@ -812,6 +812,8 @@ class Sidecar:
                     config.cql_peers_file,
                 ),
                 schema_agreement_seconds=config.cql_schema_agreement_seconds,
+                max_connections=config.cql_max_connections,
+                dead_client_seconds=config.cql_dead_client_seconds,
             )
             try:
                 self.cql_listen = await self.cql.bind()

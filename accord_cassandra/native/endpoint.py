@@ -56,7 +56,7 @@ from accord_cassandra.native.peers import (
 )
 from accord_cassandra.native.statements import is_transaction, written_tables
 from accord_cassandra.native.values import decode, encode, encode_type, is_not_set
-from accord_cassandra.ports import split_address
+from accord_cassandra.ports import check_dead_peer_seconds, keep_alive, split_address
 from accord_cassandra.schema import Catalog, SchemaError, TableSchema
 from accord_cassandra.v1 import client_pb2
 
@@ -79,6 +79,12 @@ UPSTREAM_CONNECT_SECONDS = 10.0
 # Cassandra's ids of prepared system.local/peers queries remembered (a driver has a few).
 MAX_SYSTEM_STATEMENTS = 256
 SCHEMA_AGREEMENT_SECONDS = 60.0
+# The defaults of config cql_max_connections and cql_dead_client_seconds. Each connection
+# holds one to Cassandra and may buffer up to cql_max_frame_bytes, so the limit bounds both
+# (256 x 16 MiB at worst); drivers open one or two per host and client. A client gone
+# without a word (power, network) is dropped after about a minute, not kept for good.
+MAX_CONNECTIONS = 256
+DEAD_CLIENT_SECONDS = 60.0
 
 
 class Failure(AccordCassandraError):
@@ -270,7 +276,14 @@ class CqlEndpoint:
         directory: Directory | None = None,
         agreement: Agreement | None = None,
         schema_agreement_seconds: float = SCHEMA_AGREEMENT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+        dead_client_seconds: float = DEAD_CLIENT_SECONDS,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
+        check_dead_peer_seconds(dead_client_seconds)
+        self.max_connections = max_connections
+        self.dead_client_seconds = dead_client_seconds
         self.listen = listen
         self.upstream = upstream
         self.catalog = Catalog()
@@ -293,6 +306,7 @@ class CqlEndpoint:
         self.requests: Counter[str] = Counter()
         self.transactions = 0
         self.agreement_timeouts = 0
+        self.refused_connections = 0  # closed on arrival, max_connections being open
 
     async def bind(self) -> str:
         """Bind ``listen``; the address bound (its port chosen by the kernel for port 0)."""
@@ -371,6 +385,22 @@ class CqlEndpoint:
         return name not in self.plain_writes
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.connections) >= self.max_connections:
+            # As Cassandra past native_transport_max_concurrent_connections: closed before a
+            # byte is read or a connection to Cassandra opened.
+            self.refused_connections += 1
+            if self.refused_connections == 1 or self.refused_connections % 1000 == 0:
+                logger.warning(
+                    "CQL endpoint: %d connection(s) closed on arrival, %d being open "
+                    "(cql_max_connections)",
+                    self.refused_connections,
+                    self.max_connections,
+                )
+            writer.close()
+            return
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            keep_alive(sock, self.dead_client_seconds)
         task = asyncio.current_task()
         if task is not None:
             self.connections.add(task)
@@ -378,6 +408,8 @@ class CqlEndpoint:
             await Connection(self, reader, writer).run()
         except asyncio.CancelledError:
             pass
+        except OSError as error:  # reset, or the client vanished (keepalive's TimeoutError)
+            logger.info("CQL connection ended: %r", error)
         except Exception:
             logger.exception("CQL connection failed")
         finally:

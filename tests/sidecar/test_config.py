@@ -138,6 +138,16 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
             ["peer_dead_seconds", "greater than or equal to 2"],
             id="frame-dead-peer-too-soon",
         ),
+        pytest.param(
+            {"cql_max_connections": 0},
+            ["cql_max_connections", "greater than or equal to 1"],
+            id="cql-no-connections",
+        ),
+        pytest.param(
+            {"cql_dead_client_seconds": 0.5},
+            ["cql_dead_client_seconds", "greater than or equal to 2"],
+            id="cql-dead-client-too-soon",
+        ),
         pytest.param({"batch_max_parts": 0}, ["batch_max_parts"], id="batch-none"),
         pytest.param({"batch_max_parts": 257}, ["batch_max_parts", "256"], id="batch-many"),
         pytest.param({"batch_max_keys": 2000}, ["batch_max_keys", "1024"], id="batch-keys"),

@@ -575,7 +575,7 @@ def test_peers_on_grpc_with_keepalive_stay_reachable_while_idle(
 ) -> None:
     # The gRPC peer path with its keepalive pings as the sidecar sets them (server and
     # channels, transport.keepalive_options): pinging every second, idle peers answer, stay
-    # reachable and serve. tests/sidecar/test_frames_dead_peer.py cuts a vanished one off.
+    # reachable and serve. tests/sidecar/test_vanished_peers.py cuts a vanished one off.
     cluster = LocalSidecars(
         tmp_path_factory.mktemp("grpc-peers"),
         tables=EMBEDDED_TABLES,

@@ -123,3 +123,51 @@ def test_authentication_passes_through_and_gates_transactions() -> None:
             await asyncio.sleep(0.1)  # the stand-in's handlers see their connections end
 
     asyncio.run(run())
+
+
+def test_connections_past_the_limit_are_closed_at_once_and_the_others_serve() -> None:
+    async def runner(request: client_pb2.TransactRequest) -> client_pb2.TransactResponse:
+        raise Failure("overloaded", "stand-in")
+
+    async def startup(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
+        body = f.Writer().string_map({"CQL_VERSION": "3.0.0"}).build()
+        return (await exchange(reader, writer, 1, f.STARTUP, body)).opcode
+
+    async def run() -> None:
+        upstream = await asyncio.start_server(fake_cassandra, "127.0.0.1", 0)
+        port = upstream.sockets[0].getsockname()[1]
+        endpoint = CqlEndpoint("127.0.0.1:0", f"127.0.0.1:{port}", max_connections=2)
+        host, _, cql_port = (await endpoint.bind()).rpartition(":")
+        await endpoint.start(CATALOG, runner)
+        opened: list[asyncio.StreamWriter] = []
+        try:
+            clients = [await asyncio.open_connection(host, int(cql_port)) for _ in range(2)]
+            opened += [writer for _, writer in clients]
+            for reader, writer in clients:
+                assert await startup(reader, writer) == f.AUTHENTICATE
+            # One more: closed before a byte of it is read, and counted.
+            reader, writer = await asyncio.open_connection(host, int(cql_port))
+            opened.append(writer)
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            assert endpoint.refused_connections == 1
+            assert len(endpoint.connections) == 2
+            # The two admitted serve on; once one leaves, a newcomer is admitted.
+            assert await startup(*clients[1]) == f.AUTHENTICATE
+            clients[0][1].close()
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(endpoint.connections) > 1:
+                assert asyncio.get_running_loop().time() < deadline, endpoint.connections
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection(host, int(cql_port))
+            opened.append(writer)
+            assert await startup(reader, writer) == f.AUTHENTICATE
+            assert endpoint.refused_connections == 1
+        finally:
+            for writer in opened:
+                writer.close()
+            await endpoint.stop()
+            upstream.close()
+            await upstream.wait_closed()
+            await asyncio.sleep(0.1)  # the stand-in's handlers see their connections end
+
+    asyncio.run(run())

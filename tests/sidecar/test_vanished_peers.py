@@ -28,6 +28,7 @@ import pytest
 from accord.messages import Envelope, InformDurable
 from accord.primitives import Timestamp
 from accord_cassandra.frames import FrameConnection, FrameListener
+from accord_cassandra.native.endpoint import CqlEndpoint
 from accord_cassandra.peerauth import BatchStamper, PeerAuthenticator, PeerKey
 from accord_cassandra.server import RECONNECT_OPTIONS
 from accord_cassandra.transport import PeerSender, PeerServicer, keepalive_options
@@ -107,7 +108,7 @@ class Namespace:
 
     def python(self, call: str) -> subprocess.Popen[str]:
         """``call`` (an expression on this module) run by a Python inside the namespace."""
-        code = f"import tests.sidecar.test_frames_dead_peer as m; m.{call}"
+        code = f"import tests.sidecar.test_vanished_peers as m; m.{call}"
         process = subprocess.Popen(
             ["ip", "netns", "exec", self.name, sys.executable, "-c", code],
             cwd=ROOT,
@@ -288,5 +289,54 @@ def test_on_grpc_a_vanished_peer_is_found_unreachable_then_back(namespace: Names
             assert sender.metrics.batches_sent > before
         finally:
             await sender.close()
+
+    asyncio.run(run())
+
+
+def cql_client_in_namespace(host: str, port: int) -> None:
+    """A CQL client inside the namespace: STARTUP, says it was answered, and stays."""
+    import socket
+
+    from accord_cassandra.native import frame as f
+
+    with socket.create_connection((host, port), timeout=30) as client:
+        body = f.Writer().string_map({"CQL_VERSION": "3.0.0"}).build()
+        client.sendall(f.encode_frame(4, 0, 1, f.STARTUP, body))
+        assert len(client.recv(65536)) >= f.HEADER_BYTES
+        print("answered", flush=True)
+        time.sleep(600)
+
+
+def test_the_cql_endpoint_drops_a_client_that_vanished(namespace: Namespace) -> None:
+    from tests.unit.test_native_endpoint import CATALOG, fake_cassandra
+
+    async def runner(request: object) -> object:
+        raise AssertionError("no transaction is sent")
+
+    async def run() -> None:
+        upstream = await asyncio.start_server(fake_cassandra, "127.0.0.1", 0)
+        cassandra = upstream.sockets[0].getsockname()[1]
+        endpoint = CqlEndpoint(
+            f"{namespace.outside}:0",
+            f"127.0.0.1:{cassandra}",
+            dead_client_seconds=DEAD_PEER_SECONDS,
+        )
+        port = int((await endpoint.bind()).rpartition(":")[2])
+        await endpoint.start(CATALOG, runner)  # type: ignore[arg-type]
+        try:
+            client = namespace.python(f"cql_client_in_namespace({namespace.outside!r}, {port})")
+            assert await asyncio.to_thread(_line, client) == "answered"
+            assert len(endpoint.connections) == 1
+            namespace.cut()
+            took = await _until(
+                lambda: not endpoint.connections,
+                NOTICED_WITHIN_SECONDS,
+                "the vanished client's connection closed",
+            )
+            assert took >= DEAD_PEER_SECONDS / 2, took
+        finally:
+            await endpoint.stop()
+            upstream.close()
+            await upstream.wait_closed()
 
     asyncio.run(run())
