@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accord.invariants import fail
-from accord_cassandra.ports import check_dead_peer_seconds, keep_alive
+from accord_cassandra.ports import check_dead_seconds, keep_alive
 from accord_cassandra.transport import (
     MAX_FRAME_BYTES,
     BatchRefused,
@@ -107,7 +107,7 @@ class FrameListener:
         auth_timeout_seconds: float = AUTH_TIMEOUT_SECONDS,
         dead_peer_seconds: float = DEAD_PEER_SECONDS,
     ) -> None:
-        check_dead_peer_seconds(dead_peer_seconds)
+        check_dead_seconds(dead_peer_seconds)
         if not 0 < max_frame_bytes <= 0xFFFFFFFF:
             raise ValueError(f"max_frame_bytes must be 1..{0xFFFFFFFF}, not {max_frame_bytes}")
         if max_connections < 1:
@@ -360,7 +360,7 @@ class FrameConnection:
         timeout: float,
         dead_peer_seconds: float = DEAD_PEER_SECONDS,
     ) -> FrameConnection:
-        check_dead_peer_seconds(dead_peer_seconds)
+        check_dead_seconds(dead_peer_seconds)
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(
                 host, port, ssl=ssl_context, server_hostname=host if ssl_context else None

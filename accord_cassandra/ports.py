@@ -109,9 +109,9 @@ async def wait_for_json(path: Path, timeout: float) -> Any:
     return found
 
 
-def check_dead_peer_seconds(seconds: float) -> None:
+def check_dead_seconds(seconds: float, name: str = "dead_peer_seconds") -> None:
     if not 2 <= seconds <= 3600:
-        raise ValueError(f"dead_peer_seconds must be 2..3600, not {seconds}")
+        raise ValueError(f"{name} must be 2..3600, not {seconds}")
 
 
 def keep_alive(sock: Any, dead_peer_seconds: float) -> None:
@@ -139,7 +139,7 @@ __all__ = [
     "BIND_RETRY_SECONDS",
     "AddressInUse",
     "bind_retrying",
-    "check_dead_peer_seconds",
+    "check_dead_seconds",
     "keep_alive",
     "read_json",
     "split_address",

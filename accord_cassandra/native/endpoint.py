@@ -56,7 +56,7 @@ from accord_cassandra.native.peers import (
 )
 from accord_cassandra.native.statements import is_transaction, written_tables
 from accord_cassandra.native.values import decode, encode, encode_type, is_not_set
-from accord_cassandra.ports import check_dead_peer_seconds, keep_alive, split_address
+from accord_cassandra.ports import check_dead_seconds, keep_alive, split_address
 from accord_cassandra.schema import Catalog, SchemaError, TableSchema
 from accord_cassandra.v1 import client_pb2
 
@@ -281,7 +281,7 @@ class CqlEndpoint:
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
-        check_dead_peer_seconds(dead_client_seconds)
+        check_dead_seconds(dead_client_seconds, "dead_client_seconds")
         self.max_connections = max_connections
         self.dead_client_seconds = dead_client_seconds
         self.listen = listen
