@@ -190,6 +190,20 @@ async def _sending(sender: PeerSender, condition: Callable[[], bool], what: str)
         await asyncio.sleep(0.25)
 
 
+async def _cut_and_heal(namespace: Namespace, sender: PeerSender, reports: list[bool]) -> None:
+    """Cut the link: the sender, sending on as the protocol does to a silent peer, finds
+    the peer unreachable; heal it: reachable again, and batches go through."""
+    namespace.cut()
+    await _sending(sender, lambda: bool(reports), "the vanished peer found unreachable")
+    assert reports == [False]
+    assert not sender.reachable
+    namespace.heal()
+    before = sender.metrics.batches_sent
+    await _sending(sender, lambda: len(reports) == 2, "the peer reachable again")
+    assert reports == [False, True]
+    assert sender.metrics.batches_sent > before
+
+
 def test_the_listener_frees_the_slot_of_a_peer_that_vanished(namespace: Namespace) -> None:
     async def run() -> None:
         delivered: list[Envelope] = []
@@ -225,16 +239,7 @@ def test_a_sender_whose_peer_vanished_finds_it_unreachable_then_back(
         try:
             sender.send(_message(1))
             await _until(lambda: sender.metrics.batches_sent == 1, 10, "the first batch")
-            namespace.cut()
-            # What the protocol does with a silent peer: it sends again, and again.
-            await _sending(sender, lambda: bool(reports), "the vanished peer found unreachable")
-            assert reports == [False]
-            assert not sender.reachable
-            namespace.heal()
-            before = sender.metrics.batches_sent
-            await _sending(sender, lambda: len(reports) == 2, "the peer reachable again")
-            assert reports == [False, True]
-            assert sender.metrics.batches_sent > before
+            await _cut_and_heal(namespace, sender, reports)
         finally:
             await sender.close()
 
@@ -279,14 +284,7 @@ def test_on_grpc_a_vanished_peer_is_found_unreachable_then_back(namespace: Names
             sender.send(_message(2))
             await _until(lambda: sender.metrics.batches_sent == 2, 10, "a batch after idling")
             assert reports == []
-            namespace.cut()
-            await _sending(sender, lambda: bool(reports), "the vanished peer found unreachable")
-            assert reports == [False]
-            namespace.heal()
-            before = sender.metrics.batches_sent
-            await _sending(sender, lambda: len(reports) == 2, "the peer reachable again")
-            assert reports == [False, True]
-            assert sender.metrics.batches_sent > before
+            await _cut_and_heal(namespace, sender, reports)
         finally:
             await sender.close()
 
