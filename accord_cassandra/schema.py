@@ -500,13 +500,14 @@ class TableSchema:
             # Floats derive their key every time: 0.0 == -0.0, and -0.0 is refused as a key.
             return self._derive_key(values)
         memo = self._keys
-        found = memo.get((types, tuple(values)))
+        remembered = (types, tuple(values))
+        found = memo.get(remembered)
         if found is not None:
             return found
         key = self._derive_key(values)
         if len(memo) >= KEYS_REMEMBERED:
             memo.clear()
-        memo[(types, tuple(values))] = key
+        memo[remembered] = key
         return key
 
     def _derive_key(self, values: Sequence[object]) -> Key:

@@ -388,11 +388,19 @@ class _Queued:
     # build of every change (on the client's loop, the critical path of each batch).
     prefix: str
     request: Any
-    lets: int
-    conditions: int
-    mutations: int
     rows: frozenset[bytes]  # the rows it mutates (a transaction mutates a row once)
     lanes: frozenset[str]
+
+    @classmethod
+    def of(
+        cls,
+        change: AccordChange,
+        future: asyncio.Future[tuple[AccordOutcome | None, bool]],
+        prefix: str,
+    ) -> _Queued:
+        request = change.build_into(sidecar_client().Transaction(), prefix).request
+        rows = frozenset(m.row.SerializeToString(deterministic=True) for m in request.mutations)
+        return cls(change, future, prefix, request, rows, change.lanes)
 
 
 class ChangeBatcher:
@@ -444,19 +452,7 @@ class ChangeBatcher:
         """The outcome of the transaction that carried ``change`` (its LETs under their own
         names), and whether other changes shared it."""
         prefix = f"c{next(self._sequence) % PREFIXES}_"
-        shape = change.build_into(sidecar_client().Transaction(), prefix).request
-        loop = asyncio.get_running_loop()
-        queued = _Queued(
-            change,
-            loop.create_future(),
-            prefix,
-            shape,
-            len(shape.lets),
-            len(shape.conditions),
-            len(shape.mutations),
-            frozenset(m.row.SerializeToString(deterministic=True) for m in shape.mutations),
-            change.lanes,
-        )
+        queued = _Queued.of(change, asyncio.get_running_loop().create_future(), prefix)
         self._queue.append(queued)
         self._flush()
         try:
@@ -542,20 +538,21 @@ def _take(queue: list[_Queued], held: set[str]) -> tuple[list[_Queued], bool]:
     full = False
     for changes in by_lane.values():
         for queued in changes:
+            request = queued.request
             fits = (
                 len(batch) < BATCH_CHANGES_MAX
-                and lets + queued.lets <= BATCH_LETS_MAX
-                and conditions + queued.conditions <= BATCH_CONDITIONS_MAX
-                and mutations + queued.mutations <= BATCH_MUTATIONS_MAX
+                and lets + len(request.lets) <= BATCH_LETS_MAX
+                and conditions + len(request.conditions) <= BATCH_CONDITIONS_MAX
+                and mutations + len(request.mutations) <= BATCH_MUTATIONS_MAX
                 and rows.isdisjoint(queued.rows)
             )
             if not fits and batch:
                 full = True
                 continue
             batch.append(queued)
-            lets += queued.lets
-            conditions += queued.conditions
-            mutations += queued.mutations
+            lets += len(request.lets)
+            conditions += len(request.conditions)
+            mutations += len(request.mutations)
             rows |= queued.rows
     return batch, full
 

@@ -174,18 +174,7 @@ def test_changes_without_a_lane_still_share_transactions() -> None:
 
 def _queued(n: int, lane: int) -> _Queued:
     change = _start(None, n, lambda _: lane)
-    request = change.build_into(Transaction(), f"c{n}_").request
-    return _Queued(
-        change,
-        None,  # type: ignore[arg-type]  # _take never looks at it
-        f"c{n}_",
-        request,
-        len(request.lets),
-        len(request.conditions),
-        len(request.mutations),
-        frozenset(m.row.SerializeToString(deterministic=True) for m in request.mutations),
-        change.lanes,
-    )
+    return _Queued.of(change, None, f"c{n}_")  # type: ignore[arg-type]  # _take ignores it
 
 
 def test_a_batch_takes_whole_lanes_oldest_first_and_skips_held_ones() -> None:
