@@ -190,7 +190,21 @@ def _value(value: object, depth: int = 0) -> Value:
     if kind is tuple:
         if depth >= MAX_VALUE_DEPTH:
             raise CodecError(f"value nests more than MAX_VALUE_DEPTH={MAX_VALUE_DEPTH} tuples")
-        return tuple(_value(item, depth + 1) for item in cast("tuple[object, ...]", value))
+        items = cast("tuple[object, ...]", value)
+        # A tuple of scalars (a key, a row's values) is wire-safe as it is: checked in one
+        # pass, not rebuilt item by item (the codec's most frequent value on a sidecar).
+        for item in items:
+            item_kind = type(item)
+            if item_kind is str or item_kind is bytes or item is None or item_kind is bool:
+                continue
+            if item_kind is float:
+                continue
+            if item_kind is int and INT64_MIN <= cast("int", item) <= INT64_MAX:
+                continue
+            break
+        else:
+            return items
+        return tuple(_value(item, depth + 1) for item in items)
     raise CodecError(
         f"{kind.__name__} is not a value (None, bool, int, float, str, bytes or tuple)"
     )

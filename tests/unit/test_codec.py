@@ -339,6 +339,19 @@ def test_integers_beyond_64_bits_are_refused(value: int) -> None:
         encode_message(read_ok(value))
     with pytest.raises(CodecError, match="signed 64-bit"):
         encode_message(ReadOk(value, TS, ()))
+    # Inside a tuple of scalars too (checked in one pass, not item by item).
+    with pytest.raises(CodecError, match="signed 64-bit"):
+        encode_message(read_ok(("k", 1, None, value)))
+    with pytest.raises(CodecError, match="signed 64-bit"):
+        encode_message(read_ok(("k", (1, value))))
+
+
+@pytest.mark.parametrize("item", [[1], {"a": 1}, object(), 1j], ids=repr)
+def test_a_tuple_holding_a_non_value_is_refused(item: object) -> None:
+    with pytest.raises(CodecError, match="is not a value"):
+        encode_message(read_ok(("k", 1, b"x", item)))
+    flat = ("k", 2**63 - 1, -(2**63), b"x", None, True, 1.5)
+    assert roundtrip(read_ok(flat)) == read_ok(flat)
 
 
 def test_unsigned_64_bit_integers_on_the_wire_are_refused() -> None:
