@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 from collections import Counter
 from typing import Any
 
@@ -21,6 +22,7 @@ from accord_cassandra.client import Transaction
 from accord_cassandra.v1 import client_pb2 as pb
 from stacksaga_store.store.accord_changes import (
     BATCH_CHANGES_MAX,
+    BATCH_GATHER_SECONDS,
     BATCH_IN_FLIGHT_MAX,
     AccordChange,
     AccordGateway,
@@ -170,6 +172,71 @@ def test_changes_without_a_lane_still_share_transactions() -> None:
     # One alone (idle), one full batch alongside it, the rest once they are done.
     assert len(gateway.sizes) <= 4
     assert gateway.most_in_flight >= 2
+
+
+def _bounded_load(gateway: HoldingGateway, in_flight: int, starts: int, gather: float) -> None:
+    """``starts`` starts, ``in_flight`` at a time behind a semaphore (the recovery bench's
+    and a request handler pool's pattern): a start answered frees its slot, and the next
+    start reaches the batcher two passes of the loop later."""
+    lanes = random.Random(13).choices(range(LANES), k=starts)
+
+    async def scenario() -> None:
+        batcher = ChangeBatcher(gateway, gather_seconds=gather)  # type: ignore[arg-type]
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one(n: int) -> None:
+            async with slots:
+                outcome, _ = await batcher.commit(_start(gateway, n, lanes.__getitem__))
+                assert outcome.applied
+
+        await asyncio.gather(*(one(n) for n in range(starts)))
+
+    asyncio.run(scenario())
+    assert sum(gateway.sizes) == 2 * starts
+
+
+def test_callers_of_an_answered_batch_come_back_into_one_batch() -> None:
+    # 24 starts in flight fit one transaction (48 LETs). Sent the moment a batch is
+    # answered, the queue would go without that batch's callers, and two half batches
+    # would alternate (mean ~12 starts each, gather_seconds=0 below); gathered, each
+    # transaction after the first two carries (nearly) all 24.
+    gathered = HoldingGateway()
+    _bounded_load(gathered, in_flight=24, starts=24 * 10, gather=BATCH_GATHER_SECONDS)
+    assert gathered.most_in_flight == 1
+    steady = gathered.sizes[2:]
+    assert sum(steady) / len(steady) >= 2 * 20, gathered.sizes
+    at_once = HoldingGateway()
+    _bounded_load(at_once, in_flight=24, starts=24 * 10, gather=0)
+    assert len(at_once.sizes) > 1.5 * len(gathered.sizes), (at_once.sizes, gathered.sizes)
+
+
+def test_a_partial_batch_waits_for_answered_callers_at_most_gather_seconds() -> None:
+    async def scenario(comes_back: bool, gather: float) -> tuple[float, list[int]]:
+        gateway = HoldingGateway(hold=0.05)
+        batcher = ChangeBatcher(gateway, gather_seconds=gather)  # type: ignore[arg-type]
+        answered = 0.0
+
+        async def first() -> None:
+            nonlocal answered
+            await batcher.commit(_start(gateway, 0))  # alone: the process was idle
+            answered = time.monotonic()
+            if comes_back:
+                await batcher.commit(_start(gateway, 2))
+
+        async def second() -> float:
+            await asyncio.sleep(0.01)  # queued while the first is in flight: it waits
+            await batcher.commit(_start(gateway, 1))
+            return time.monotonic()
+
+        _, done = await asyncio.gather(first(), second())
+        return done - answered, gateway.sizes
+
+    # The first's caller does not come back: the second goes once the gather ends.
+    waited, sizes = asyncio.run(scenario(comes_back=False, gather=0.3))
+    assert sizes == [2, 2] and 0.3 <= waited < 5, (waited, sizes)
+    # It comes back at once: both go together, long before the gather would have ended.
+    waited, sizes = asyncio.run(scenario(comes_back=True, gather=1))
+    assert sizes == [2, 4] and waited < 0.9, (waited, sizes)
 
 
 def _queued(n: int, lane: int) -> _Queued:
