@@ -7,7 +7,17 @@ import decimal
 import uuid
 from typing import Any, cast
 
-from accord_cassandra.schema import CqlType, check_type, parse_type
+from accord_cassandra.schema import (
+    CANONICAL_SCALARS,
+    INT_TYPES,
+    TEXT_TYPES,
+    CqlType,
+    check_type,
+    parse_type,
+)
+
+# Scalar types whose canonical core value is also the driver's.
+_AS_IS = frozenset({*INT_TYPES, *TEXT_TYPES, "blob", "boolean"})
 
 
 def to_driver(cql_type: str, value: object) -> object:
@@ -15,6 +25,8 @@ def to_driver(cql_type: str, value: object) -> object:
     (check_type: a float column's value rounded to binary32, as the memory store holds it)."""
     if value is None:
         return None
+    if cql_type in _AS_IS and CANONICAL_SCALARS[cql_type](value):
+        return value
     if cql_type == "timestamp" and not isinstance(value, int):
         raise ValueError(f"a timestamp is milliseconds as an integer, not {value!r}")
     return _driver_value(parse_type(cql_type), check_type(cql_type, cql_type, value))
