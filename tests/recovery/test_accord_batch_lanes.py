@@ -105,6 +105,7 @@ def test_batches_in_flight_never_share_a_lane_and_stay_large() -> None:
     assert all(o.applied for o in outcomes)
     # Each change sees its own LET under its own name, nothing of the others'.
     assert all(set(o.rows) == {"p0_b"} and o.rows["p0_b"] for o in outcomes)
+    assert len({str(o.rows["p0_b"]) for o in outcomes}) == 128  # each its own row
     assert not gateway.overlaps, f"batches in flight shared lanes: {gateway.overlaps[:3]}"
     # More queued than one transaction carries: others went in flight alongside.
     assert 2 <= gateway.most_in_flight <= BATCH_IN_FLIGHT_MAX
