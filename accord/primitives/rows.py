@@ -76,6 +76,12 @@ def _check_clustering(values: Clustering, what: str) -> None:
         raise InvalidTransaction(f"{what} must be a tuple, got {type(values).__name__}")
     if len(values) > MAX_CLUSTERING_COLUMNS:
         raise InvalidTransaction(f"{what} has more than {MAX_CLUSTERING_COLUMNS} columns")
+    for value in values:  # most clusterings: text, integers, bytes; checked in one pass
+        kind = type(value)
+        if not (kind is str or kind is int or kind is bytes or kind is bool):
+            break
+    else:
+        return
     if any(v is None for v in values):
         raise InvalidTransaction(f"{what} has a null clustering value")
     if any(_odd_float(v) for v in values):

@@ -133,7 +133,13 @@ def test_nan_and_negative_zero_cannot_name_a_row() -> None:
             RowAt(KEY, (bad,))
         with pytest.raises(InvalidTransaction, match=r"NaN or -0\.0"):
             WriteOp(KEY, (1,), clustering=(bad,))
+        # Behind values of the kinds most clusterings hold, too.
+        with pytest.raises(InvalidTransaction, match=r"NaN or -0\.0"):
+            RowAt(KEY, ("a", 1, b"x", True, bad))
+    with pytest.raises(InvalidTransaction, match="null clustering value"):
+        RowAt(KEY, ("a", 1, None))
     RowAt(KEY, (0.0,))
+    RowAt(KEY, ("a", 1, b"x", True, 0.5))
 
 
 def test_float_clustering_keys_sort_as_double_compare_and_match_strictly() -> None:
