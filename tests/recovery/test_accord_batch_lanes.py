@@ -199,16 +199,18 @@ def _bounded_load(gateway: HoldingGateway, in_flight: int, starts: int, gather: 
 def test_callers_of_an_answered_batch_come_back_into_one_batch() -> None:
     # 24 starts in flight fit one transaction (48 LETs). Sent the moment a batch is
     # answered, the queue would go without that batch's callers, and two half batches
-    # would alternate (mean ~12 starts each, gather_seconds=0 below); gathered, each
-    # transaction after the first two carries (nearly) all 24.
+    # would alternate (23 and 1 starts, gather_seconds=0 below); gathered, each transaction
+    # after the first two carries all 24. (The bounds leave room for a few gathers cut
+    # short: a loop stalled past the gather on a loaded machine sends what it has.)
     gathered = HoldingGateway()
     _bounded_load(gathered, in_flight=24, starts=24 * 10, gather=BATCH_GATHER_SECONDS)
     assert gathered.most_in_flight == 1
     steady = gathered.sizes[2:]
-    assert sum(steady) / len(steady) >= 2 * 20, gathered.sizes
+    assert sum(steady) / len(steady) >= 2 * 16, gathered.sizes
     at_once = HoldingGateway()
     _bounded_load(at_once, in_flight=24, starts=24 * 10, gather=0)
-    assert len(at_once.sizes) > 1.5 * len(gathered.sizes), (at_once.sizes, gathered.sizes)
+    steady = at_once.sizes[2:]
+    assert sum(steady) / len(steady) <= 2 * 14, at_once.sizes
 
 
 def test_a_partial_batch_waits_for_answered_callers_at_most_gather_seconds() -> None:
